@@ -1,0 +1,1 @@
+"""Executor: applies a Plan to workers (backends arrive with their issues)."""

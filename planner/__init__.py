@@ -1,0 +1,1 @@
+"""Planner: problem -> solver model -> decoded Plan; baselines; validator."""

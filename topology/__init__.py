@@ -1,0 +1,1 @@
+"""Cluster topology: GPU catalog, typed model, networkx graph, presets and the sync-time model."""

@@ -1,0 +1,3 @@
+"""Weave: co-scheduler for disaggregated RL post-training."""
+
+__version__ = "0.1.0"
