@@ -1,0 +1,145 @@
+"""Topology presets, graph queries and the sync-time model, against hand-computed values."""
+
+import pytest
+
+from topology.catalog import BUILTIN_GPU_TYPES
+from topology.topology import load_topology, node_of, topology_from_data
+from weave.errors import InputError
+
+GB = 1e9
+
+
+def gpus(node: str, n: int = 8) -> list[str]:
+    return [f"{node}:{i}" for i in range(n)]
+
+
+def test_weave_testbed_counts_and_cost():
+    topo = load_topology("weave-testbed")
+    assert topo.total_gpus == 656
+    assert len(topo.gpus_in(cluster="rollout")) == 328
+    assert len(topo.gpus_in(gpu_type="H800")) == 328
+    assert len(topo.nodes_in(cluster="train")) == 41
+    # 328 x 1.85 + 328 x 5.28 = 606.80 + 1731.84
+    assert topo.cost_usd_per_hour() == pytest.approx(2338.64)
+    assert topo.nodes["rollout-040"].host_mem_gb == 2048
+    assert "rollout-041" not in topo.nodes
+    assert topo.gpus_in(cluster="train")[9] == "train-001:1"
+
+
+def test_a100_32_and_local_presets():
+    a100 = load_topology("a100-32")
+    assert a100.total_gpus == 32
+    assert a100.cost_usd_per_hour() == pytest.approx(32 * BUILTIN_GPU_TYPES["A100"].usd_per_hour)
+    local = load_topology("local")
+    assert local.total_gpus >= 1
+    assert list(local.nodes) == ["local-000"]
+
+
+def test_catalog_has_paper_prices_and_all_types():
+    for name in ("H20", "H800", "H100", "H200", "A100", "A800", "L40S"):
+        assert name in BUILTIN_GPU_TYPES
+    assert BUILTIN_GPU_TYPES["H20"].usd_per_hour == 1.85
+    assert BUILTIN_GPU_TYPES["H800"].usd_per_hour == 5.28
+
+
+def test_graph_shape():
+    topo = load_topology("weave-testbed")
+    g = topo.graph
+    assert g.number_of_nodes() == 82 + 2
+    assert g["switch:rollout"]["switch:train"]["capacity"] == 20
+    assert g["rollout-007"]["switch:rollout"]["capacity"] == 400
+    assert node_of("rollout-003:5") == "rollout-003"
+
+
+def test_bottleneck_bandwidth_from_graph():
+    topo = load_topology("weave-testbed")
+    # Across clusters the 20 Gbit/s link is the bottleneck whatever the node counts.
+    assert topo.bottleneck_gbps(["train-000", "train-001"], ["rollout-000"]) == pytest.approx(20)
+    # Inside a cluster: limited by the senders' or receivers' fabric ports.
+    assert topo.bottleneck_gbps(["train-000"], ["train-001", "train-002"]) == pytest.approx(400)
+    assert topo.bottleneck_gbps(["train-000", "train-001"], ["train-002", "train-003"]) == pytest.approx(800)
+
+
+def test_bottleneck_follows_a_custom_link():
+    topo = topology_from_data({
+        "name": "x",
+        "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 2}, {"name": "b", "gpu_type": "H800", "nodes": 2}],
+        "links": [{"between": ["a", "b"], "gbps": 100}],
+    })
+    assert topo.bottleneck_gbps(["b-000", "b-001"], ["a-000", "a-001"]) == pytest.approx(100)
+
+
+def test_sync_two_stage_vs_flat_hand_computed():
+    topo = load_topology("weave-testbed")
+    # 14 GB (7B in bf16) from 8 H800 to 8 H20 over the 20 Gbit/s link.
+    # two_stage: one copy crosses: 14e9*8/20e9 = 5.6 s, + 1 ms latency, + NVLink broadcast 112/3600 s.
+    t2 = topo.sync_time_s(14 * GB, gpus("train-000"), gpus("rollout-000"), "two_stage")
+    assert t2 == pytest.approx(5.6 + 0.001 + 112 / 3600)
+    # flat: 8 replicas each pull a full copy through the same link: 8 x 5.6 s + latency.
+    tf = topo.sync_time_s(14 * GB, gpus("train-000"), gpus("rollout-000"), "flat")
+    assert tf == pytest.approx(44.8 + 0.001)
+    # flat with TP=2 replicas: 4 copies.
+    assert topo.sync_time_s(14 * GB, gpus("train-000"), gpus("rollout-000"), "flat", rollout_tp=2) == pytest.approx(
+        22.4 + 0.001)
+
+
+def test_sync_two_stage_two_receiving_nodes():
+    topo = load_topology("weave-testbed")
+    train = gpus("train-000") + gpus("train-001")
+    roll = gpus("rollout-000") + gpus("rollout-001")
+    # cross 5.6 + 0.001, ring all-gather half a copy over 400 Gbit/s = 0.14, NVLink 112/3600.
+    assert topo.sync_time_s(14 * GB, train, roll) == pytest.approx(5.601 + 0.14 + 112 / 3600)
+
+
+def test_sync_inside_one_fabric_is_fast():
+    topo = load_topology("a100-32")
+    t = topo.sync_time_s(14 * GB, gpus("a100-000"), gpus("a100-001"))
+    # 112 Gbit over the 200 Gbit/s fabric port + NVLink 112/4800; no latency inside a cluster.
+    assert t == pytest.approx(112 / 200 + 112 / 4800)
+
+
+def test_warm_switch_time():
+    topo = load_topology("weave-testbed")
+    # 32 GB per GPU over 256 Gbit/s PCIe = 1.0 s
+    assert topo.warm_switch_s(32 * GB, "rollout-000") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("data, key, reason", [
+    ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H999", "nodes": 1}]}, "clusters[0].gpu_type",
+     "unknown GPU type"),
+    ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 0}]}, "clusters[0].nodes", "greater than 0"),
+    ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 1, "colour": 3}]}, "clusters[0].colour",
+     "unknown key"),
+    ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": "many"}]}, "clusters[0].nodes",
+     "integer"),
+    ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 1}],
+      "links": [{"between": ["a", "zz"], "gbps": 10}]}, "links[0].between", "unknown cluster"),
+    ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 1}],
+      "gpu_types": {"X1": {"tflops_bf16": -1, "hbm_gb": 1, "hbm_tbps": 1, "usd_per_hour": 1}}},
+     "gpu_types.X1.tflops_bf16", "greater than 0"),
+])
+def test_bad_topologies_name_key_and_reason(data, key, reason):
+    with pytest.raises(InputError) as err:
+        topology_from_data(data, "topo.yaml")
+    text = str(err.value)
+    assert text.startswith(f"topo.yaml: {key}: "), text
+    assert reason in text
+
+
+def test_file_overrides_and_adds_gpu_types(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "name: mine\n"
+        "gpu_types:\n  H20: {tflops_bf16: 148, hbm_gb: 96, hbm_tbps: 4.0, usd_per_hour: 1.0}\n"
+        "  MI300X: {tflops_bf16: 1307, hbm_gb: 192, hbm_tbps: 5.3, usd_per_hour: 3.0}\n"
+        "clusters:\n  - {name: r, gpu_type: H20, nodes: 2}\n  - {name: m, gpu_type: MI300X, nodes: 1}\n"
+    )
+    topo = load_topology(path)
+    assert topo.cost_usd_per_hour() == pytest.approx(16 * 1.0 + 8 * 3.0)
+
+
+def test_missing_file_and_unknown_preset():
+    with pytest.raises(InputError, match="nope.yaml: file not found"):
+        load_topology("nope.yaml")
+    with pytest.raises(InputError, match="unknown topology preset"):
+        load_topology("weave-testbedd")

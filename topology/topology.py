@@ -1,0 +1,217 @@
+"""The cluster as a typed value plus a networkx graph, and the queries the planner needs.
+
+Graph: one vertex per host (``rollout-003``) and one per cluster switch (``switch:rollout``); each
+host hangs off its cluster's switch with its fabric bandwidth, switches are joined by the
+inter-cluster links. Capacities are in Gbit/s. GPUs are attributes of their host (``gpu_ids``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import networkx as nx
+from pydantic import ValidationError
+
+from topology.catalog import BUILTIN_GPU_TYPES, GpuType
+from topology.presets import PRESETS
+from topology.spec import ClusterSpec, TopologySpec
+from weave.errors import InputError, from_validation_error
+from weave.yamlio import load_yaml_file
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    cluster: str
+    gpu_type: str
+    gpus: int
+    host_mem_gb: float
+    pcie_gbps: float
+    nvlink_gbps: float
+    fabric_gbps: float
+
+    @property
+    def gpu_ids(self) -> list[str]:
+        return [f"{self.id}:{i}" for i in range(self.gpus)]
+
+
+def node_of(gpu_id: str) -> str:
+    """``rollout-003:5`` -> ``rollout-003``."""
+    node, sep, index = gpu_id.rpartition(":")
+    if not sep or not index.isdigit():
+        raise ValueError(f"not a GPU id: {gpu_id!r} (expected <node>:<index>)")
+    return node
+
+
+def switch_of(cluster: str) -> str:
+    return f"switch:{cluster}"
+
+
+class Topology:
+    """Nodes, GPUs, prices and the network of one deployment."""
+
+    def __init__(self, spec: TopologySpec, source: str = "<topology>"):
+        self.spec = spec
+        self.name = spec.name
+        self.source = source
+        self.gpu_types: dict[str, GpuType] = {**BUILTIN_GPU_TYPES, **spec.gpu_types}
+        self.clusters: dict[str, ClusterSpec] = {c.name: c for c in spec.clusters}
+        self._check_references()
+        self.nodes: dict[str, Node] = {}
+        for cluster in spec.clusters:
+            for i in range(cluster.nodes):
+                node_id = f"{cluster.name}-{i:03d}"
+                self.nodes[node_id] = Node(node_id, cluster.name, cluster.gpu_type, cluster.gpus_per_node,
+                                           cluster.host_mem_gb, cluster.pcie_gbps, cluster.nvlink_gbps,
+                                           cluster.fabric_gbps)
+        self.graph = self._build_graph()
+        self._flow_cache: dict[tuple, float] = {}
+
+    # ----- construction -------------------------------------------------------------------
+    def _check_references(self) -> None:
+        for i, cluster in enumerate(self.spec.clusters):
+            if cluster.gpu_type not in self.gpu_types:
+                raise InputError(self.source, f"clusters[{i}].gpu_type",
+                                 f"unknown GPU type {cluster.gpu_type!r} (known: {', '.join(sorted(self.gpu_types))})")
+        for i, link in enumerate(self.spec.links):
+            for end in link.between:
+                if end not in self.clusters:
+                    raise InputError(self.source, f"links[{i}].between",
+                                     f"unknown cluster {end!r} (clusters: {', '.join(self.clusters)})")
+
+    def _build_graph(self) -> nx.Graph:
+        graph = nx.Graph(name=self.name)
+        for cluster in self.spec.clusters:
+            graph.add_node(switch_of(cluster.name), kind="switch", cluster=cluster.name)
+        for node in self.nodes.values():
+            graph.add_node(node.id, kind="host", cluster=node.cluster, gpu_type=node.gpu_type,
+                           gpus=node.gpus, gpu_ids=node.gpu_ids, host_mem_gb=node.host_mem_gb)
+            graph.add_edge(node.id, switch_of(node.cluster), capacity=node.fabric_gbps, latency_ms=0.0)
+        for link in self.spec.links:
+            a, b = (switch_of(c) for c in link.between)
+            graph.add_edge(a, b, capacity=link.gbps, latency_ms=link.latency_ms)
+        return graph
+
+    # ----- inventory ----------------------------------------------------------------------
+    def nodes_in(self, cluster: str | None = None, gpu_type: str | None = None) -> list[Node]:
+        return [n for n in self.nodes.values()
+                if (cluster is None or n.cluster == cluster) and (gpu_type is None or n.gpu_type == gpu_type)]
+
+    def gpus_in(self, cluster: str | None = None, gpu_type: str | None = None) -> list[str]:
+        return [g for n in self.nodes_in(cluster, gpu_type) for g in n.gpu_ids]
+
+    def node(self, node_id: str) -> Node:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise KeyError(f"unknown node {node_id!r} in topology {self.name!r}") from None
+
+    def gpu_type_of(self, gpu_id: str) -> str:
+        return self.node(node_of(gpu_id)).gpu_type
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes.values())
+
+    def node_usd_per_hour(self, node_id: str) -> float:
+        node = self.node(node_id)
+        return node.gpus * self.gpu_types[node.gpu_type].usd_per_hour
+
+    def cost_usd_per_hour(self, node_ids: Iterable[str] | None = None) -> float:
+        ids = self.nodes if node_ids is None else node_ids
+        return sum(self.node_usd_per_hour(n) for n in ids)
+
+    # ----- network ------------------------------------------------------------------------
+    def bottleneck_gbps(self, src_nodes: Iterable[str], dst_nodes: Iterable[str]) -> float:
+        """Aggregate bandwidth from one node set to another: the max flow through the graph.
+
+        Nodes in both sets are excluded from the flow (their copy moves over NVLink instead).
+        Returns 0 when no path exists.
+        """
+        src = frozenset(src_nodes)
+        dst = frozenset(dst_nodes) - src
+        for n in src | dst:
+            self.node(n)
+        if not src or not dst:
+            return float("inf")
+        key = (src, dst)
+        if key not in self._flow_cache:
+            self._flow_cache[key] = self._max_flow(src, dst)
+        return self._flow_cache[key]
+
+    def _max_flow(self, src: frozenset[str], dst: frozenset[str]) -> float:
+        flow_graph = nx.DiGraph()
+        for a, b, data in self.graph.edges(data=True):
+            flow_graph.add_edge(a, b, capacity=data["capacity"])
+            flow_graph.add_edge(b, a, capacity=data["capacity"])
+        for n in src:
+            flow_graph.add_edge("__source__", n)  # no capacity attribute = unbounded
+        for n in dst:
+            flow_graph.add_edge(n, "__sink__")
+        value, _ = nx.maximum_flow(flow_graph, "__source__", "__sink__")
+        return float(value)
+
+    def latency_s(self, src_nodes: Iterable[str], dst_nodes: Iterable[str]) -> float:
+        """Largest path latency between any source and any destination (seconds)."""
+        src_clusters = {self.node(n).cluster for n in src_nodes}
+        dst_clusters = {self.node(n).cluster for n in dst_nodes}
+        worst = 0.0
+        for a in src_clusters:
+            for b in dst_clusters:
+                if a == b:
+                    continue
+                try:
+                    ms = nx.shortest_path_length(self.graph, switch_of(a), switch_of(b), weight="latency_ms")
+                except nx.NetworkXNoPath:
+                    continue
+                worst = max(worst, ms / 1000.0)
+        return worst
+
+    def sync_time_s(self, weight_bytes: float, train_gpus: Iterable[str], rollout_gpus: Iterable[str],
+                    model: str = "two_stage", rollout_tp: int = 1) -> float:
+        """Weight-sync time of ``weight_bytes`` from the training GPUs to the rollout GPUs.
+
+        ``two_stage`` (Weave): the trainers send disjoint shards over parallel streams, so exactly one
+        model copy crosses the bottleneck between the two node sets; then the receiving nodes
+        all-gather it over their fabric (ring: (k-1)/k of a copy per node) and broadcast it to their
+        GPUs over NVLink.
+        ``flat`` (veRL's AllGather): every rollout replica (``rollout_tp`` GPUs) pulls a full copy,
+        so ``replicas`` copies share the bottleneck.
+        """
+        from topology.network import sync_time_s
+
+        return sync_time_s(self, weight_bytes, list(train_gpus), list(rollout_gpus), model, rollout_tp)
+
+    def warm_switch_s(self, bytes_per_gpu: float, node_id: str) -> float:
+        """Time to load one GPU's share of a job's state from host memory (bytes / host<->GPU bandwidth)."""
+        return bytes_per_gpu * 8 / (self.node(node_id).pcie_gbps * 1e9)
+
+
+# ----- loading ------------------------------------------------------------------------------
+def load_topology(source: str | Path) -> Topology:
+    """A preset name (``weave-testbed``, ``a100-32``, ``local``) or a topology YAML file."""
+    text = str(source)
+    if text in PRESETS:
+        return Topology(PRESETS[text](), source=f"preset {text}")
+    path = Path(text)
+    if not path.exists() and path.suffix not in (".yaml", ".yml") and "/" not in text:
+        raise InputError(text, None, f"unknown topology preset (presets: {', '.join(PRESETS)}) and no such file")
+    data = load_yaml_file(path)
+    return topology_from_data(data, str(path))
+
+
+def topology_from_data(data: object, source: str = "<topology>") -> Topology:
+    if not isinstance(data, Mapping):
+        raise InputError(source, None, "expected a mapping with keys name, clusters, links")
+    try:
+        spec = TopologySpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(source, exc) from None
+    return Topology(spec, source=source)
+
+
+def topology_to_data(topology: Topology) -> dict:
+    return topology.spec.model_dump(mode="json", exclude_defaults=False)
