@@ -1,0 +1,108 @@
+"""Refit a jobs file from measured records (``weave profile fit``).
+
+For every job and phase (rollout, train) that has records:
+
+- the reference point is the job's own (gpus, gpu_type) if it was measured there, else the
+  (gpus, gpu_type) with the most rows (ties: the job's GPU type first, then fewer GPUs); the
+  phase's ``gpus`` and ``gpu_type`` move to that point;
+- ``duration_s`` becomes ``{p50, p95, max}`` of the samples at the reference point (numpy
+  quantiles, so the lognormal model reproduces them exactly at 0.5, 0.95 and ``max``), or a
+  plain number when there is a single sample;
+- if several GPU counts were measured on the reference GPU type, ``scaling`` becomes
+  ``{gpus: sorted counts, duration_s: median per count}``.
+
+Phases and jobs without records stay as they are. ``reward`` and ``sync`` rows are accepted but
+ignored: the jobs file has no duration for them (reward is folded into rollout, sync is computed
+from the topology). Any other phase name, or a job missing from the jobs file, is an
+``InputError`` naming the records file.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from profiles.jobs import PHASES, JobSet, PhaseSpec, phase_to_data
+from profiles.records import validate_records
+from topology.catalog import GpuType
+from weave.errors import InputError
+
+KNOWN_PHASES = ("rollout", "train", "reward", "sync")
+
+
+def fit_jobs(
+    records: pd.DataFrame,
+    jobs: JobSet,
+    *,
+    records_file: str = "<records>",
+    gpu_types: Mapping[str, GpuType] | None = None,
+) -> JobSet:
+    """The job set with durations (and scaling tables) refitted from ``records``.
+
+    ``gpu_types``, when given, must know the GPU type of every rollout and train row.
+    """
+    frame = validate_records(records, records_file)
+    _check_rows(frame, jobs, records_file, gpu_types)
+    fitted = []
+    for job in jobs.jobs:
+        updates = {}
+        for name in PHASES:
+            rows = frame[(frame["job"] == job.name) & (frame["phase"] == name)]
+            if len(rows):
+                updates[name] = _fit_phase(job.phase(name), rows)
+        fitted.append(job.model_copy(update=updates) if updates else job)
+    return JobSet(jobs=fitted)
+
+
+def _fit_phase(phase: PhaseSpec, rows: pd.DataFrame) -> PhaseSpec:
+    gpus, gpu_type = _reference_point(phase, rows)
+    at_ref = rows[(rows["gpus"] == gpus) & (rows["gpu_type"] == gpu_type)]["duration_s"].to_numpy()
+    if len(at_ref) == 1:
+        duration = float(at_ref[0])
+    else:
+        duration = {
+            "p50": float(np.quantile(at_ref, 0.5)),
+            "p95": float(np.quantile(at_ref, 0.95)),
+            "max": float(at_ref.max()),
+        }
+    data = phase_to_data(phase)
+    if phase.gpu_options == (phase.gpus,):
+        data.pop("gpu_options", None)  # a default option follows the new reference point
+    if phase.gpu_types == (phase.gpu_type,):
+        data.pop("gpu_types", None)
+    data.update(gpus=gpus, gpu_type=gpu_type, duration_s=duration)
+    same_type = rows[rows["gpu_type"] == gpu_type]
+    counts = sorted(int(g) for g in same_type["gpus"].unique())
+    if len(counts) > 1:
+        medians = same_type.groupby("gpus")["duration_s"].median()
+        data["scaling"] = {"gpus": counts, "duration_s": [float(medians[g]) for g in counts]}
+    try:
+        return PhaseSpec.model_validate({"kind": phase.kind, **data})
+    except ValidationError as exc:  # cannot happen with checked records; say so if it does
+        raise ValueError(f"fitted phase is invalid: {exc}") from None
+
+
+def _reference_point(phase: PhaseSpec, rows: pd.DataFrame) -> tuple[int, str]:
+    points = rows.groupby(["gpus", "gpu_type"]).size()
+    if (phase.gpus, phase.gpu_type) in points.index:
+        return phase.gpus, phase.gpu_type
+    ranked = sorted(points.items(), key=lambda kv: (-kv[1], kv[0][1] != phase.gpu_type, kv[0][0], kv[0][1]))
+    (gpus, gpu_type), _ = ranked[0]
+    return int(gpus), str(gpu_type)
+
+
+def _check_rows(
+    frame: pd.DataFrame, jobs: JobSet, file: str, gpu_types: Mapping[str, GpuType] | None
+) -> None:
+    names = set(jobs.names)
+    for row, (job, phase, gpu_type) in enumerate(zip(frame["job"], frame["phase"], frame["gpu_type"])):
+        if phase not in KNOWN_PHASES:
+            raise InputError(file, f"row {row}.phase", f"unknown phase {phase!r} (expected {', '.join(KNOWN_PHASES)})")
+        if job not in names:
+            raise InputError(file, f"row {row}.job", f"job {job!r} is not in the jobs file")
+        if gpu_types is not None and phase in PHASES and gpu_type not in gpu_types:
+            known = ", ".join(sorted(gpu_types))
+            raise InputError(file, f"row {row}.gpu_type", f"unknown GPU type {gpu_type!r} (known: {known})")

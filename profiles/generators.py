@@ -1,0 +1,146 @@
+"""Reference workloads: Weave's micro-benchmark jobs, its synthetic trace families, the seed job.
+
+Host memory per 8-GPU node comes from Weave Table 2 (with RollMux's 3B column), in GB:
+
+=====  =======  =====
+size   rollout  train
+=====  =======  =====
+3B     113.4    156.2
+7B     275.7    240.0
+14B    445.4    456.1
+32B    490.3    520.4
+=====  =======  =====
+
+Micro-benchmark types (Weave Table 3; rollout on H20, train on H800). The paper gives iteration
+times, not phase times, so the split below is ours: Table 4's solo iteration minus the Fig. 13
+Weave sync time, divided by the rollout/train ratio the paper states where it states one.
+
+====  ===========  =========  =========  =======  ==============================================
+type  model        GPUs R+T   rollout s  train s  where the numbers come from
+====  ===========  =========  =========  =======  ==============================================
+A     Qwen2.5-7B   8 + 8      140.0      116.8    scenario (a): 257.7 s solo incl. 0.9 s sync
+B     Qwen2.5-14B  8 + 8      230.0      220.0    no figure; A scaled ~1.6x rollout, ~1.9x train
+C     Qwen2.5-32B  16 + 16    290.0      272.3    scenario (c): 574.6 s incl. 12.3 s sync, ~52/48
+D     Qwen3-8B     8 + 8      300.0      120.0    multi-turn, T_roll = 2.5 T_train (paper)
+E     Qwen3-14B    8 + 8      448.9      74.8     scenario (b): 525.4 s incl. 1.7 s sync, 6:1
+====  ===========  =========  =========  =======  ==============================================
+
+D uses the 7B memory row (an 8B model), E the 14B row. Micro jobs have SLO 1.5.
+
+Synthetic families (Weave Table 6, seconds, rollout / train, each Unif(lo, hi)): BL, RH, TH draw a
+size S/M/L per job; Mixed draws one of the nine (family, size) pairs. Every synthetic job: 8 H20
+rollout + 8 H800 train GPUs, model size from {3, 7, 14, 32}B, SLO ~ Unif(1, 2) (2 decimals),
+iterations ~ Unif{50..300}, arrivals with exponential gaps of mean 1800 s from 0 (0.1 s),
+durations rounded to 0.1 s. Everything is drawn from ``numpy.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from profiles.jobs import JobSet, JobSpec
+
+FAMILIES = ["micro", "BL", "RH", "TH", "Mixed", "seed"]
+
+# size (B params) -> (rollout, train) host memory per 8-GPU node, GB.
+HOST_MEM_GB = {3: (113.4, 156.2), 7: (275.7, 240.0), 14: (445.4, 456.1), 32: (490.3, 520.4)}
+MODEL_SIZES = [3, 7, 14, 32]
+
+# type -> (params_b, memory row, rollout gpus, train gpus, rollout s, train s)
+MICRO_TYPES = {
+    "A": (7, 7, 8, 8, 140.0, 116.8),
+    "B": (14, 14, 8, 8, 230.0, 220.0),
+    "C": (32, 32, 16, 16, 290.0, 272.3),
+    "D": (8, 7, 8, 8, 300.0, 120.0),
+    "E": (14, 14, 8, 8, 448.9, 74.8),
+}
+
+# family -> size -> ((rollout lo, hi), (train lo, hi)), seconds.
+SYNTHETIC = {
+    "BL": {"S": ((50, 100), (50, 100)), "M": ((100, 200), (100, 200)), "L": ((200, 300), (200, 300))},
+    "RH": {"S": ((100, 200), (25, 50)), "M": ((200, 400), (50, 100)), "L": ((400, 600), (100, 200))},
+    "TH": {"S": ((25, 50), (100, 200)), "M": ((50, 100), (200, 400)), "L": ((100, 200), (400, 600))},
+}
+SIZES = ["S", "M", "L"]
+MEAN_ARRIVAL_GAP_S = 1800.0
+
+SEED_GPU_OPTIONS = [4, 8, 12, 16, 20, 24, 28, 32]
+
+
+def generate(family: str, count: int, seed: int) -> JobSet:
+    """``count`` jobs of ``family`` (one of ``FAMILIES``, any case), the same for the same seed."""
+    canonical = {f.lower(): f for f in FAMILIES}.get(str(family).lower())
+    if canonical is None:
+        raise ValueError(f"unknown workload family {family!r} (known: {', '.join(FAMILIES)})")
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    if canonical == "micro":
+        letters = list(MICRO_TYPES)
+        return JobSet(jobs=[micro_job(letters[i % 5], f"micro-{i:03d}") for i in range(count)])
+    if canonical == "seed":
+        return JobSet(jobs=[seed_job(f"seed-{i}") for i in range(count)])
+    return JobSet(jobs=_synthetic(canonical, count, np.random.default_rng(seed)))
+
+
+def micro_job(type_letter: str, name: str | None = None) -> JobSpec:
+    """Weave micro-benchmark job of type A-E (see the module docstring for the numbers)."""
+    letter = type_letter.upper()
+    if letter not in MICRO_TYPES:
+        raise ValueError(f"unknown micro-benchmark type {type_letter!r} (known: {', '.join(MICRO_TYPES)})")
+    params_b, mem_row, roll_gpus, train_gpus, roll_s, train_s = MICRO_TYPES[letter]
+    roll_mem, train_mem = HOST_MEM_GB[mem_row]
+    return JobSpec(
+        name=name or letter,
+        params_b=params_b,
+        slo=1.5,
+        rollout={"gpus": roll_gpus, "gpu_type": "H20", "duration_s": roll_s, "host_mem_gb": roll_mem},
+        train={"gpus": train_gpus, "gpu_type": "H800", "duration_s": train_s, "host_mem_gb": train_mem},
+    )
+
+
+def seed_job(name: str = "seed-0") -> JobSpec:
+    """The seed article's single 7B job on 32 A100: rollout 60 s on 20, train 30 s on 12.
+
+    Both phases may use any multiple of 4 of the 32 GPUs (``gpu_options``).
+    """
+    roll_mem, train_mem = HOST_MEM_GB[7]
+    common = {"gpu_type": "A100", "gpu_types": ["A100"], "gpu_options": SEED_GPU_OPTIONS}
+    return JobSpec(
+        name=name,
+        params_b=7,
+        slo=2.0,
+        rollout={"gpus": 20, "duration_s": 60.0, "host_mem_gb": roll_mem, **common},
+        train={"gpus": 12, "duration_s": 30.0, "host_mem_gb": train_mem, **common},
+    )
+
+
+def _synthetic(family: str, count: int, rng: np.random.Generator) -> list[JobSpec]:
+    jobs = []
+    arrival = 0.0
+    for i in range(count):
+        if family == "Mixed":
+            pick = int(rng.integers(9))
+            kind, size = list(SYNTHETIC)[pick // 3], SIZES[pick % 3]
+        else:
+            kind, size = family, SIZES[int(rng.integers(3))]
+        (r_lo, r_hi), (t_lo, t_hi) = SYNTHETIC[kind][size]
+        rollout_s = round(float(rng.uniform(r_lo, r_hi)), 1)
+        train_s = round(float(rng.uniform(t_lo, t_hi)), 1)
+        model = MODEL_SIZES[int(rng.integers(len(MODEL_SIZES)))]
+        slo = round(float(rng.uniform(1.0, 2.0)), 2)
+        iterations = int(rng.integers(50, 301))
+        if i > 0:
+            arrival += float(rng.exponential(MEAN_ARRIVAL_GAP_S))
+        roll_mem, train_mem = HOST_MEM_GB[model]
+        jobs.append(
+            JobSpec(
+                name=f"{family.lower()}-{i:03d}",
+                params_b=model,
+                slo=slo,
+                iterations=iterations,
+                arrival_s=round(arrival, 1),
+                rollout={"gpus": 8, "gpu_type": "H20", "duration_s": rollout_s, "host_mem_gb": roll_mem},
+                train={"gpus": 8, "gpu_type": "H800", "duration_s": train_s, "host_mem_gb": train_mem},
+            )
+        )
+    return jobs
