@@ -1,0 +1,419 @@
+"""The ``optimal`` policy: exact co-scheduling plans with OR-Tools CP-SAT.
+
+Cost objective (logic-based decomposition, exact for the model below):
+1. Candidates: every set of at most ``max_group_size`` jobs, with a shared training pool (one GPU
+   count and type common to all members' options, the paper's uniform DP) and a partition of the
+   members into rollout classes (jobs in a class share rollout nodes), for each job's rollout option.
+   A candidate survives when its loads fit under the group's largest admissible cycle
+   ``min(slo * solo)``: train busy time, each rollout class's busy time (warm switches included),
+   each job's own loop, and host memory per node. Sets are grown depth-first and pruned as soon as a
+   necessary condition fails (all of them only get harder when a job is added).
+2. Master: set partitioning over candidates with CP-SAT: each job in exactly one group, node counts
+   per cluster within the topology, minimal $/h.
+3. Check: every chosen group gets its exact cyclic timetable (planner/timetable.py). A group whose
+   timetable does not exist is removed from the candidates and the master is solved again.
+The master's bound is a valid lower bound for the model when the enumeration was complete
+(otherwise the work bound ``sum_j (r_j * $R_j + t_j * $T_j) / (slo_j * solo_j)`` is reported).
+
+Iteration-time objective: all jobs in one group on the topology's GPUs; every combination of phase
+GPU counts and types (phases of a type take GPUs from the start of that type's pool, so training
+GPUs are lent to rollout and back when it pays); the timetable minimises the cycle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ortools.sat.python import cp_model
+
+from planner.model import PlanningModel, ceil_ms
+from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
+from planner.timetable import Member, Timetable, solve_timetable
+from profiles.jobs import JobSpec
+from topology.topology import Topology
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PhaseOption:
+    gpus: int
+    gpu_type: str
+    cluster: str
+    nodes: int  # whole nodes the phase needs
+    duration_s: float
+    switch_s: float
+    host_mem_gb: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    jobs: tuple[int, ...]
+    train: PhaseOption  # the group's training pool (shared by every member)
+    rollouts: tuple[PhaseOption, ...]  # per member, same order as jobs
+    classes: tuple[tuple[int, ...], ...]  # positions in ``jobs`` that share rollout nodes
+    cost: float
+    nodes: tuple[tuple[str, int], ...]  # (cluster, node count)
+
+
+@dataclass
+class OptimalResult:
+    plan: Plan
+    candidates: int = 0
+    master_solves: int = 0
+    timetable_failures: int = 0
+    complete: bool = True
+
+
+# ----- options ------------------------------------------------------------------------------
+def phase_options(model: PlanningModel, job: JobSpec, kind: str) -> list[PhaseOption]:
+    topo = model.topology
+    phase = job.phase(kind)
+    out = []
+    for gpu_type in phase.gpu_types:
+        for cluster in topo.clusters.values():
+            if cluster.gpu_type != gpu_type:
+                continue
+            node_id = f"{cluster.name}-000"
+            for gpus in sorted(set(phase.gpu_options)):
+                nodes = math.ceil(gpus / cluster.gpus_per_node)
+                if nodes > cluster.nodes or phase.host_mem_gb > cluster.host_mem_gb:
+                    continue
+                out.append(PhaseOption(gpus, gpu_type, cluster.name, nodes,
+                                       ceil_ms(model.duration(job, kind, gpus, gpu_type)),
+                                       ceil_ms(model.switch_s(job, kind, node_id)), phase.host_mem_gb))
+    return out
+
+
+def sync_estimate(model: PlanningModel, job: JobSpec, train: PhaseOption, rollout: PhaseOption) -> float:
+    """Sync time between representative GPU sets of the two options (the time depends only on shape)."""
+    topo = model.topology
+    train_gpus = _first_gpus(topo, train.cluster, train.gpus, skip_nodes=0)
+    skip = train.nodes if train.cluster == rollout.cluster else 0
+    rollout_gpus = _first_gpus(topo, rollout.cluster, rollout.gpus, skip_nodes=skip)
+    if not rollout_gpus:
+        rollout_gpus = _first_gpus(topo, rollout.cluster, rollout.gpus, skip_nodes=0)
+    return ceil_ms(model.sync_s(job, train_gpus, rollout_gpus))
+
+
+def _first_gpus(topo: Topology, cluster: str, count: int, skip_nodes: int) -> list[str]:
+    nodes = topo.nodes_in(cluster=cluster)[skip_nodes:]
+    gpus = [g for n in nodes for g in n.gpu_ids]
+    return gpus[:count] if len(gpus) >= count else []
+
+
+# ----- candidate enumeration ----------------------------------------------------------------------
+def set_partitions(items: list[int]) -> Iterator[list[list[int]]]:
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in set_partitions(rest):
+        for i in range(len(part)):
+            yield part[:i] + [[first] + part[i]] + part[i + 1:]
+        yield [[first]] + part
+
+
+class CandidateBuilder:
+    """Enumerates load-feasible candidate groups (see the module docstring)."""
+
+    def __init__(self, model: PlanningModel, job_ids: list[int], max_group_size: int,
+                 max_configs_per_set: int = 6, max_rollout_combos: int = 64):
+        self.model = model
+        self.jobs = model.jobs.jobs
+        self.job_ids = job_ids
+        self.k = max_group_size
+        self.max_configs = max_configs_per_set
+        self.max_combos = max_rollout_combos
+        self.complete = True
+        self.topo = model.topology
+        self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
+        self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}
+        self.cap = {j: self.jobs[j].slo * model.solo[self.jobs[j].name] for j in job_ids}
+        self.price = {c.name: c.gpus_per_node * self.topo.gpu_types[c.gpu_type].usd_per_hour
+                      for c in self.topo.clusters.values()}
+
+    def loop_s(self, j: int, train: PhaseOption, rollout: PhaseOption) -> float:
+        job = self.jobs[j]
+        total = rollout.duration_s + train.duration_s + sync_estimate(self.model, job, train, rollout)
+        return total / (1 + job.max_staleness)
+
+    def build(self) -> list[Candidate]:
+        out: list[Candidate] = []
+        self._grow([], out)
+        return out
+
+    def _grow(self, members: list[int], out: list[Candidate]) -> None:
+        start = self.job_ids.index(members[-1]) + 1 if members else 0
+        for j in self.job_ids[start:]:
+            group = members + [j]
+            if not self._may_fit(group):
+                continue
+            configs = self._configs(group)
+            out.extend(configs)
+            if len(group) < self.k:
+                self._grow(group, out)
+
+    def _may_fit(self, group: list[int]) -> bool:
+        """Necessary conditions that only get harder as jobs are added (safe to prune on)."""
+        cap = min(self.cap[j] for j in group)
+        if cap < 1e-9:
+            return False
+        shared = len(group) > 1
+        min_train = 0.0
+        for j in group:
+            best_loop = min((self.loop_s(j, t, r) for t in self.train_opts[j] for r in self.rollout_opts[j]),
+                            default=math.inf)
+            if best_loop > cap + 1e-9:
+                return False
+            min_train += min((t.duration_s + (t.switch_s if shared else 0) for t in self.train_opts[j]),
+                             default=math.inf)
+        if min_train > cap + 1e-9:
+            return False
+        mem = sum(min((t.host_mem_gb for t in self.train_opts[j]), default=math.inf) for j in group)
+        return mem <= max(c.host_mem_gb for c in self.topo.clusters.values())
+
+    def _configs(self, group: list[int]) -> list[Candidate]:
+        cap = min(self.cap[j] for j in group)
+        shared = len(group) > 1
+        found: list[Candidate] = []
+        train_keys = set.intersection(*[{(t.gpu_type, t.cluster, t.gpus) for t in self.train_opts[j]} for j in group])
+        for key in sorted(train_keys):
+            trains = {j: next(t for t in self.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in group}
+            cluster = self.topo.clusters[key[1]]
+            busy = sum(trains[j].duration_s + (trains[j].switch_s if shared else 0) for j in group)
+            if busy > cap + 1e-9 or sum(trains[j].host_mem_gb for j in group) > cluster.host_mem_gb:
+                continue
+            combos = list(itertools.islice(itertools.product(*[self.rollout_opts[j] for j in group]),
+                                           self.max_combos + 1))
+            if len(combos) > self.max_combos:
+                self.complete = False
+                combos = combos[:self.max_combos]
+            for rollouts in combos:
+                if any(self.loop_s(j, trains[j], r) > cap + 1e-9 for j, r in zip(group, rollouts)):
+                    continue
+                found.extend(self._rollout_classes(group, trains[group[0]], rollouts, cap))
+        found.sort(key=lambda c: c.cost)
+        if len(found) > self.max_configs:
+            self.complete = False
+        return found[:self.max_configs]
+
+    def _rollout_classes(self, group: list[int], train: PhaseOption, rollouts: tuple[PhaseOption, ...],
+                         cap: float) -> list[Candidate]:
+        out = []
+        best_cost = math.inf
+        for part in set_partitions(list(range(len(group)))):
+            nodes: dict[str, int] = {train.cluster: train.nodes}
+            ok = True
+            for cls in part:
+                opts = [rollouts[i] for i in cls]
+                if len({o.cluster for o in opts}) > 1:
+                    ok = False
+                    break
+                if len(cls) > 1:
+                    busy = sum(o.duration_s + o.switch_s for o in opts)
+                    mem = sum(o.host_mem_gb for o in opts)
+                    if busy > cap + 1e-9 or mem > self.topo.clusters[opts[0].cluster].host_mem_gb:
+                        ok = False
+                        break
+                if len({o.nodes for o in opts}) > 1:
+                    self.complete = False  # multi-node jobs sharing with narrower ones: modelled coarsely
+                nodes[opts[0].cluster] = nodes.get(opts[0].cluster, 0) + max(o.nodes for o in opts)
+            if not ok:
+                continue
+            if any(n > self.topo.clusters[c].nodes for c, n in nodes.items()):
+                continue
+            cost = sum(self.price[c] * n for c, n in nodes.items())
+            best_cost = min(best_cost, cost)
+            out.append(Candidate(tuple(group), train, rollouts, tuple(tuple(c) for c in part), round(cost, 6),
+                                 tuple(sorted(nodes.items()))))
+        return out
+
+
+# ----- master -------------------------------------------------------------------------------
+def solve_master(candidates: list[Candidate], job_ids: list[int], topo: Topology, banned: set[int],
+                 time_limit_s: float, threads: int, hint: list[int] | None = None
+                 ) -> tuple[str, list[int], float | None, float | None]:
+    cp = cp_model.CpModel()
+    x = {i: cp.new_bool_var(f"c{i}") for i in range(len(candidates)) if i not in banned}
+    covers: dict[int, list] = {j: [] for j in job_ids}
+    usage: dict[str, list] = {}
+    for i, var in x.items():
+        for j in candidates[i].jobs:
+            covers[j].append(var)
+        for cluster, n in candidates[i].nodes:
+            usage.setdefault(cluster, []).append(n * var)
+    for j, vars_ in covers.items():
+        cp.add_exactly_one(vars_)
+    for cluster, terms in usage.items():
+        cp.add(sum(terms) <= topo.clusters[cluster].nodes)
+    cents = {i: int(round(candidates[i].cost * 100)) for i in x}
+    cp.minimize(sum(cents[i] * var for i, var in x.items()))
+    for i in hint or []:
+        if i in x:
+            cp.add_hint(x[i], 1)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.1, time_limit_s)
+    solver.parameters.num_workers = max(1, threads)
+    status = solver.solve(cp)
+    name = solver.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return name, [], None, None
+    chosen = [i for i, var in x.items() if solver.value(var)]
+    return name, chosen, solver.objective_value / 100, solver.best_objective_bound / 100
+
+
+# ----- decoding -----------------------------------------------------------------------------
+class NodeAllocator:
+    def __init__(self, topo: Topology):
+        self.topo = topo
+        self.next = {c: 0 for c in topo.clusters}
+
+    def take(self, cluster: str, count: int) -> list[str]:
+        nodes = self.topo.nodes_in(cluster=cluster)
+        start = self.next[cluster]
+        if start + count > len(nodes):
+            raise RuntimeError(f"cluster {cluster} has no {count} free nodes left")
+        self.next[cluster] = start + count
+        return [n.id for n in nodes[start:start + count]]
+
+
+def candidate_members(model: PlanningModel, cand: Candidate, alloc: NodeAllocator) -> tuple[list[Member], list[str]]:
+    topo = model.topology
+    train_nodes = alloc.take(cand.train.cluster, cand.train.nodes)
+    train_gpus = [g for n in train_nodes for g in topo.node(n).gpu_ids][:cand.train.gpus]
+    nodes = list(train_nodes)
+    rollout_gpus: dict[int, list[str]] = {}
+    for cls in cand.classes:
+        opts = [cand.rollouts[i] for i in cls]
+        cls_nodes = alloc.take(opts[0].cluster, max(o.nodes for o in opts))
+        nodes += cls_nodes
+        pool = [g for n in cls_nodes for g in topo.node(n).gpu_ids]
+        for i in cls:
+            rollout_gpus[i] = pool[:cand.rollouts[i].gpus]
+    jobs = model.jobs.jobs
+    members = [Member(jobs[j], tuple(rollout_gpus[i]), tuple(train_gpus)) for i, j in enumerate(cand.jobs)]
+    return members, nodes
+
+
+def group_plan(model: PlanningModel, name: str, members: list[Member], nodes: list[str], tt: Timetable) -> GroupPlan:
+    topo = model.topology
+    job_plans = []
+    for m in members:
+        ph = tt.phases[m.job.name]
+        slots = [
+            PhaseSlot(phase="rollout", start_s=ph["rollout"].start_s, duration_s=ph["rollout"].duration_s,
+                      gpus=list(m.rollout_gpus), gpu_type=topo.gpu_type_of(m.rollout_gpus[0])),
+            PhaseSlot(phase="train", start_s=ph["train"].start_s, duration_s=ph["train"].duration_s,
+                      gpus=list(m.train_gpus), gpu_type=topo.gpu_type_of(m.train_gpus[0])),
+            PhaseSlot(phase="sync", start_s=ph["sync"].start_s, duration_s=ph["sync"].duration_s,
+                      gpus=list(m.rollout_gpus)),
+        ]
+        job_plans.append(JobPlan(name=m.job.name, solo_iteration_s=model.solo[m.job.name], iteration_s=tt.cycle_s,
+                                 slo=m.job.slo, phases=slots))
+    return GroupPlan(name=name, cycle_s=tt.cycle_s, nodes=nodes, jobs=job_plans,
+                     usd_per_hour=round(topo.cost_usd_per_hour(nodes), 6))
+
+
+def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
+    """Every job keeps its cheapest rollout and train GPUs busy for r and t seconds per cycle of at
+    most slo * solo; $/h can be no lower than that busy share of their price."""
+    total = 0.0
+    topo = model.topology
+    for j in job_ids:
+        job = model.jobs.jobs[j]
+        cap = job.slo * model.solo[job.name]
+        best = math.inf
+        for kind_pair in itertools.product(phase_options(model, job, "rollout"), phase_options(model, job, "train")):
+            r, t = kind_pair
+            usd = (r.duration_s * r.gpus * topo.gpu_types[r.gpu_type].usd_per_hour
+                   + t.duration_s * t.gpus * topo.gpu_types[t.gpu_type].usd_per_hour) / cap
+            best = min(best, usd)
+        total += best if best < math.inf else 0.0
+    return total
+
+
+def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s: float = 60.0, threads: int = 2,
+                 progress: Progress | None = None) -> OptimalResult:
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    jobs = model.jobs.jobs
+    rejected, job_ids = _admissible(model)
+    say = progress or (lambda _msg: None)
+    builder = CandidateBuilder(model, job_ids, max_group_size)
+    candidates = builder.build()
+    say(f"{len(candidates)} candidate groups")
+    banned: set[int] = set()
+    verified: dict[int, tuple[list[Member], list[str], Timetable]] = {}
+    result = OptimalResult(plan=None, candidates=len(candidates), complete=builder.complete)  # type: ignore[arg-type]
+    chosen: list[int] = []
+    status, objective, bound = "OPTIMAL", 0.0, 0.0
+    while job_ids:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            status = "UNKNOWN"
+            break
+        status, chosen, objective, bound = solve_master(candidates, job_ids, model.topology, banned, left, threads,
+                                                        hint=chosen)
+        result.master_solves += 1
+        if not chosen:
+            break
+        alloc = NodeAllocator(model.topology)
+        failed = False
+        for i in chosen:
+            members, nodes = candidate_members(model, candidates[i], alloc)
+            tt = solve_timetable(model, members, time_limit_s=max(0.5, min(10.0, deadline - time.perf_counter())),
+                                 threads=threads)
+            if not tt.ok:
+                banned.add(i)
+                result.timetable_failures += 1
+                failed = True
+            else:
+                verified[i] = (members, nodes, tt)
+        say(f"master {result.master_solves}: ${objective:,.2f}/h, bound ${bound:,.2f}/h")
+        if not failed:
+            break
+    wall = time.perf_counter() - started
+    if job_ids and (not chosen or any(i not in verified for i in chosen)):
+        raise NoPlanInTime(f"no feasible plan found within {time_limit_s:g} s (solver status {status})")
+    groups = []
+    for gi, i in enumerate(sorted(chosen, key=lambda i: candidates[i].jobs)):
+        members, nodes, tt = verified[i]
+        groups.append(group_plan(model, f"g{gi}", members, nodes, tt))
+    cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
+    lb = bound if (builder.complete and bound is not None) else None
+    lb = max(lb or 0.0, work_lower_bound(model, job_ids))
+    lb = min(lb, cost)
+    gap = (cost - lb) / cost if cost > 0 else 0.0
+    solver = SolverInfo(name="cpsat", status=status if job_ids else "OPTIMAL", wall_s=round(wall, 3),
+                        gap=round(gap, 6), objective=cost, bound=round(lb, 6),
+                        note=None if builder.complete else "candidate enumeration truncated; bound is the work bound")
+    result.plan = Plan(policy="optimal", objective="cost", quantile=model.quantile, topology=model.topology.name,
+                       cost_usd_per_hour=cost, lower_bound_usd_per_hour=round(lb, 6), solver=solver, groups=groups,
+                       rejected=rejected, elastic=DEFAULT_ELASTIC)
+    return result
+
+
+class NoPlanInTime(RuntimeError):
+    pass
+
+
+def _admissible(model: PlanningModel) -> tuple[list[Rejection], list[int]]:
+    from weave.inputs import job_fit_problems
+
+    problems = {p.job: p.reason for p in job_fit_problems(model.jobs, model.topology)}
+    rejected, ok = [], []
+    for j, job in enumerate(model.jobs.jobs):
+        if job.name in problems:
+            rejected.append(Rejection(name=job.name, reason=problems[job.name]))
+        elif job.slo < 1:
+            rejected.append(Rejection(name=job.name, reason=f"SLO {job.slo:g} is below 1: no plan can beat running alone"))
+        elif not phase_options(model, job, "rollout") or not phase_options(model, job, "train"):
+            rejected.append(Rejection(name=job.name, reason="no GPU option fits a cluster of the topology"))
+        else:
+            ok.append(j)
+    return rejected, ok

@@ -1,0 +1,175 @@
+"""Exact cyclic timetable of one co-execution group, solved with OR-Tools CP-SAT.
+
+Given the group's members with fixed GPU sets, find phase offsets and the smallest cycle C such that
+- each job runs rollout -> train -> sync once per cycle, and its next rollout starts no earlier than
+  its sync ends (``max_staleness`` 1: one cycle later than that at most, see planner/plan.py);
+- on every GPU the phases are disjoint modulo C, each preceded by its warm-switch time when the GPU
+  hosts two or more distinct (job, role) phases;
+- ``C <= slo * solo`` for every member (unless ``enforce_slo`` is off).
+
+Times are integers in milliseconds (durations rounded up, so the plan never undercuts the profile).
+Circular non-overlap is modelled exactly by giving each interval a copy shifted by C and putting
+both copies in one NoOverlap: with interval starts in [0, C) and lengths <= C, two arcs of the circle
+meet iff some pair of copies meets on the line.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from planner.model import PlanningModel
+from profiles.jobs import JobSpec
+from topology.topology import node_of
+
+MS = 1000  # CP-SAT time unit: milliseconds
+
+
+@dataclass(frozen=True)
+class Member:
+    job: JobSpec
+    rollout_gpus: tuple[str, ...]
+    train_gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    start_s: float  # offset in [0, cycle)
+    duration_s: float
+
+
+@dataclass
+class Timetable:
+    status: str  # OPTIMAL | FEASIBLE | INFEASIBLE | UNKNOWN
+    cycle_s: float | None = None
+    phases: dict[str, dict[str, PhaseTime]] = field(default_factory=dict)
+    lower_bound_s: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("OPTIMAL", "FEASIBLE")
+
+
+def _ms(seconds: float) -> int:
+    return int(math.ceil(seconds * MS - 1e-6))
+
+
+def phase_durations_ms(model: PlanningModel, member: Member) -> dict[str, int]:
+    topo = model.topology
+    job = member.job
+    return {
+        "rollout": _ms(model.duration(job, "rollout", len(member.rollout_gpus),
+                                      topo.gpu_type_of(member.rollout_gpus[0]))),
+        "train": _ms(model.duration(job, "train", len(member.train_gpus), topo.gpu_type_of(member.train_gpus[0]))),
+        "sync": _ms(model.sync_s(job, list(member.train_gpus), list(member.rollout_gpus))),
+    }
+
+
+def shared_resources(members: list[Member]) -> dict[frozenset, list[tuple[str, str]]]:
+    """GPUs grouped by the set of (job, role) phases that use them; only sets of two or more matter."""
+    users: dict[str, set[tuple[str, str]]] = {}
+    for m in members:
+        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
+            for g in gpus:
+                users.setdefault(g, set()).add((m.job.name, kind))
+    classes: dict[frozenset, list[tuple[str, str]]] = {}
+    for phases in users.values():
+        if len(phases) >= 2:
+            key = frozenset(phases)
+            classes.setdefault(key, sorted(phases))
+    return classes
+
+
+def switch_ms(model: PlanningModel, member: Member, kind: str) -> int:
+    gpus = member.rollout_gpus if kind == "rollout" else member.train_gpus
+    return _ms(model.max_switch_s(member.job, kind, list(gpus)))
+
+
+def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo: bool = True,
+                    cycle_cap_s: float | None = None, time_limit_s: float = 10.0, threads: int = 2) -> Timetable:
+    started = time.perf_counter()
+    names = [m.job.name for m in members]
+    dur = {m.job.name: phase_durations_ms(model, m) for m in members}
+    resources = shared_resources(members)
+    shared_phases = {p for phases in resources.values() for p in phases}
+    sw = {(m.job.name, k): (switch_ms(model, m, k) if (m.job.name, k) in shared_phases else 0)
+          for m in members for k in ("rollout", "train")}
+    stale = {m.job.name: m.job.max_staleness for m in members}
+
+    # Lower bound: each job's own loop, and the busy time of every shared GPU set.
+    lb = max(math.ceil((dur[n]["rollout"] + dur[n]["train"] + dur[n]["sync"]) / (1 + stale[n])) for n in names)
+    lb = max([lb] + [max(dur[n][k], sw[(n, k)] + dur[n][k]) for n in names for k in ("rollout", "train")])
+    for phases in resources.values():
+        lb = max(lb, sum(dur[n][k] + sw[(n, k)] for n, k in phases))
+    ub = sum(d + sw.get((n, k), 0) for n in names for k, d in dur[n].items()) + 1
+    if enforce_slo:
+        ub = min(ub, min(int(math.floor(m.job.slo * model.solo[m.job.name] * MS + 1e-6)) for m in members))
+    if cycle_cap_s is not None:
+        ub = min(ub, int(math.floor(cycle_cap_s * MS)))
+    if lb > ub:
+        return Timetable("INFEASIBLE", lower_bound_s=lb / MS, wall_s=time.perf_counter() - started)
+
+    cp = cp_model.CpModel()
+    cycle = cp.new_int_var(lb, ub, "cycle")
+    horizon = 4 * ub
+    start: dict[tuple[str, str], cp_model.IntVar] = {}
+    for n in names:
+        k_max = 1 + stale[n]
+        r = cp.new_int_var(0, ub - 1, f"{n}.rollout")
+        t = cp.new_int_var(0, horizon, f"{n}.train")
+        s = cp.new_int_var(0, horizon, f"{n}.sync")
+        cp.add(r < cycle)
+        cp.add(t >= r + dur[n]["rollout"])
+        cp.add(s >= t + dur[n]["train"])
+        # Chain closes within (1 + staleness) cycles: next-next... rollout waits for this sync.
+        loop_end = cp.new_int_var(0, horizon, f"{n}.loop")
+        cp.add_multiplication_equality(loop_end, [cycle, k_max]) if k_max > 1 else cp.add(loop_end == cycle)
+        cp.add(s + dur[n]["sync"] <= r + loop_end)
+        start.update({(n, "rollout"): r, (n, "train"): t, (n, "sync"): s})
+
+    # Circular non-overlap on every shared GPU set.
+    wrapped: dict[tuple[str, str], cp_model.IntVar] = {}
+    for (n, k) in sorted(shared_phases):
+        length = dur[n][k] + sw[(n, k)]
+        x = cp.new_int_var(0, ub - 1, f"{n}.{k}.x")  # switch-extended start, modulo the cycle
+        wraps = cp.new_int_var(-1, 3, f"{n}.{k}.wraps")
+        shift = cp.new_int_var(-ub, 3 * ub, f"{n}.{k}.shift")
+        cp.add_multiplication_equality(shift, [wraps, cycle])
+        cp.add(x == start[(n, k)] - sw[(n, k)] - shift)
+        cp.add(x < cycle)
+        x2 = cp.new_int_var(0, 2 * ub, f"{n}.{k}.x2")
+        cp.add(x2 == x + cycle)
+        wrapped[(n, k)] = x
+        wrapped[(n, k, "copy")] = x2  # type: ignore[index]
+    for phases in resources.values():
+        intervals = []
+        for (n, k) in phases:
+            length = dur[n][k] + sw[(n, k)]
+            for key in ((n, k), (n, k, "copy")):
+                var = wrapped[key]  # type: ignore[index]
+                intervals.append(cp.new_fixed_size_interval_var(var, length, f"iv.{'.'.join(key)}"))
+        cp.add_no_overlap(intervals)
+
+    cp.minimize(cycle)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    solver.parameters.num_workers = max(1, threads)
+    status = solver.solve(cp)
+    wall = time.perf_counter() - started
+    name = solver.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Timetable("INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN",
+                         lower_bound_s=lb / MS, wall_s=wall)
+    c = solver.value(cycle)
+    phases: dict[str, dict[str, PhaseTime]] = {}
+    for n in names:
+        phases[n] = {}
+        for k in ("rollout", "train", "sync"):
+            offset = solver.value(start[(n, k)]) % c
+            phases[n][k] = PhaseTime(offset / MS, dur[n][k] / MS)
+    assert all(0 <= p.start_s < c / MS for job in phases.values() for p in job.values())
+    return Timetable(name, c / MS, phases, lower_bound_s=max(lb, solver.best_objective_bound) / MS, wall_s=wall)
