@@ -137,6 +137,148 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
     console.print(f"fitted {len(frame)} records onto {len(fitted.jobs)} jobs; wrote {out}")
 
 
+# ----- plan ---------------------------------------------------------------------------------
+plan_app = typer.Typer(help="Plan, check and draw co-scheduling plans.", invoke_without_command=True)
+app.add_typer(plan_app, name="plan")
+
+
+@plan_app.callback()
+def plan(ctx: typer.Context,
+         topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology file or preset."),
+         jobs_file: Optional[Path] = typer.Option(None, "--jobs", "-j", help="Jobs YAML."),
+         out: Optional[Path] = typer.Option(None, "-o", "--out", help="Plan YAML to write."),
+         policy: str = typer.Option("optimal", "--policy", help="optimal | weave | solo | colocate"),
+         quantile: str = typer.Option("0.95", "--quantile", "-q", help="Planning quantile, or 'max'."),
+         time_limit: float = typer.Option(60.0, "--time-limit", min=0.01, help="Solver time limit, seconds."),
+         threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
+         max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
+         objective: str = typer.Option("cost", "--objective", help="cost | iteration-time"),
+         as_json: bool = JSON_OPTION) -> None:
+    """Plan jobs on a topology: weave plan --topology T --jobs J -o plans/NAME.yaml"""
+    if ctx.invoked_subcommand is not None:
+        return
+    from planner.api import OBJECTIVES, make_plan
+    from planner.check import check_plan, format_violations
+    from planner.plan import POLICIES, plan_to_data, save_plan
+    from profiles.jobs import load_jobs
+    from topology.topology import load_topology
+
+    if topology is None or jobs_file is None:
+        raise InputError("<command line>", "--topology" if topology is None else "--jobs",
+                         "required to plan (or use a subcommand: check, show)")
+    if policy not in POLICIES:
+        raise InputError("<command line>", "--policy", f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
+    if objective not in OBJECTIVES:
+        raise InputError("<command line>", "--objective",
+                         f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
+    q = _parse_quantile(quantile)
+    topo = load_topology(topology)
+    jobs = load_jobs(jobs_file, topo.gpu_types)
+    with err_console.status(f"planning {len(jobs.jobs)} jobs ({policy}, {objective})...") as status:
+        result = make_plan(topo, jobs, policy=policy, objective=objective, quantile=q, time_limit_s=time_limit,
+                           threads=threads, max_group_size=max_group_size,
+                           progress=lambda msg: status.update(f"planning: {msg}"))
+    violations = check_plan(result, topo, jobs)
+    if out is not None:
+        save_plan(result, out)
+    if as_json:
+        print_json(plan_to_data(result))
+    else:
+        _print_plan_summary(result, topo, out)
+    if violations:
+        err_console.print("[bold red]internal error: the plan fails the checker:[/]\n" + format_violations(violations))
+        raise typer.Exit(1)
+    if result.rejected:
+        for r in result.rejected:
+            err_console.print(f"[yellow]rejected[/] {r.name}: {r.reason}", highlight=False)
+        raise typer.Exit(3)
+
+
+@plan_app.command("check")
+def plan_check(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+               topology: str = typer.Option(..., "--topology", "-t", help="Topology file or preset."),
+               jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML."),
+               as_json: bool = JSON_OPTION) -> None:
+    """Check a plan against every rule of DESIGN 3.3, independently of the solver."""
+    from planner.check import check_plan
+    from planner.plan import load_plan
+    from profiles.jobs import load_jobs
+    from topology.topology import load_topology
+
+    topo = load_topology(topology)
+    jobs = load_jobs(jobs_file, topo.gpu_types)
+    the_plan = load_plan(plan_file)
+    violations = check_plan(the_plan, topo, jobs)
+    if as_json:
+        print_json([v.__dict__ for v in violations])
+    elif violations:
+        console.print(table(f"{len(violations)} violations in {plan_file}", ["rule", "where", "problem"],
+                            [[v.rule, v.where, v.message] for v in violations], right_from=99))
+    else:
+        console.print(f"{plan_file}: valid ({len(the_plan.groups)} groups, "
+                      f"{sum(len(g.jobs) for g in the_plan.groups)} jobs, ${the_plan.cost_usd_per_hour:,.2f}/h)")
+    if violations:
+        raise typer.Exit(1)
+
+
+@plan_app.command("show")
+def plan_show(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+              png: Optional[Path] = typer.Option(None, "--png", help="Write a Gantt chart PNG."),
+              html: Optional[Path] = typer.Option(None, "--html", help="Write an interactive Gantt HTML."),
+              by: str = typer.Option("node", "--by", help="Rows per node or per gpu."),
+              cycles: int = typer.Option(2, "--cycles", min=1, help="Cycles to draw."),
+              topology: Optional[str] = typer.Option(None, "--topology", "-t", help="For utilization figures.")) -> None:
+    """Summarise a plan; draw per-group Gantt charts of its cycles."""
+    from planner.plan import load_plan
+
+    if by not in ("node", "gpu"):
+        raise InputError("<command line>", "--by", f"expected node or gpu, got {by!r}")
+    the_plan = load_plan(plan_file)
+    topo = None
+    if topology:
+        from topology.topology import load_topology
+
+        topo = load_topology(topology)
+    _print_plan_summary(the_plan, topo, None)
+    if png:
+        from planner.gantt import gantt_png
+
+        console.print(f"wrote {gantt_png(the_plan, png, cycles=cycles, by=by)}")
+    if html:
+        from planner.gantt import gantt_html
+
+        console.print(f"wrote {gantt_html(the_plan, html, cycles=cycles, by=by)}")
+
+
+def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
+    from planner.summary import cluster_use
+
+    s = the_plan.solver
+    lb = the_plan.lower_bound_usd_per_hour
+    head = f"[bold]{the_plan.policy}[/] plan on {the_plan.topology}: [bold]${the_plan.cost_usd_per_hour:,.2f}/h[/]"
+    if lb is not None:
+        head += f", lower bound ${lb:,.2f}/h (gap {100 * (s.gap or 0):.2f}%)"
+    head += f"; solver {s.name} {s.status} in {s.wall_s:.2f} s"
+    console.print(head)
+    if s.note:
+        console.print(f"note: {s.note}", highlight=False)
+    rows = []
+    for g in the_plan.groups:
+        for j in g.jobs:
+            slo = f"{j.slo:g}" if j.slo is not None else "-"
+            rows.append([g.name, round(g.cycle_s, 2), j.name, round(j.solo_iteration_s, 2), round(j.iteration_s, 2),
+                         f"{j.slowdown:.3f}", slo, ", ".join(j.nodes)])
+    console.print(table(f"{len(the_plan.groups)} groups", ["group", "cycle s", "job", "solo s", "iteration s",
+                                                            "slowdown", "SLO", "nodes"], rows, right_from=1))
+    if topo is not None:
+        use = cluster_use(the_plan, topo)
+        console.print(table("Clusters", ["cluster", "GPUs held", "busy %", "bubble %"],
+                            [[u.cluster, u.gpus, f"{100 * u.busy_share:.1f}", f"{100 * u.bubble_share:.1f}"]
+                             for u in use]))
+    if out is not None:
+        console.print(f"wrote {out}")
+
+
 def _parse_quantile(text: str) -> float | str:
     if text == "max":
         return "max"

@@ -1,0 +1,48 @@
+"""One public entry point for planning, used by the CLI, the benches and (later) the executor."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from planner.model import PlanningModel
+from planner.plan import POLICIES, Plan, SolverInfo
+from profiles.jobs import JobSet
+from topology.topology import Topology
+
+OBJECTIVES = ("cost", "iteration-time")
+
+
+def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", objective: str = "cost",
+              quantile: float | str = 0.95, time_limit_s: float = 60.0, threads: int = 2,
+              max_group_size: int = 5, progress: Callable[[str], None] | None = None) -> Plan:
+    """Plan ``jobs`` on ``topology``. The ``optimal`` policy falls back to ``weave`` (and says so in
+    ``solver.note``) when it finds no feasible plan within the time limit."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
+    model = PlanningModel(topology, jobs, quantile)
+    if policy == "optimal":
+        from planner.optimal import NoPlanInTime, plan_optimal
+
+        try:
+            if objective == "iteration-time":
+                from planner.iteration import plan_min_iteration
+
+                return plan_min_iteration(model, time_limit_s=time_limit_s, threads=threads, progress=progress)
+            return plan_optimal(model, max_group_size=max_group_size, time_limit_s=time_limit_s, threads=threads,
+                                progress=progress).plan
+        except NoPlanInTime as exc:
+            from planner.baselines import plan_weave
+
+            fallback = plan_weave(model, max_group_size=max_group_size)
+            note = f"fallback to the weave policy: {exc}"
+            return fallback.model_copy(update={"solver": SolverInfo(name="weave", status="FALLBACK",
+                                                                   wall_s=fallback.solver.wall_s, note=note)})
+    from planner import baselines
+
+    if policy == "weave":
+        return baselines.plan_weave(model, max_group_size=max_group_size)
+    if policy == "solo":
+        return baselines.plan_solo(model)
+    return baselines.plan_colocate(model)
