@@ -137,6 +137,20 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
     console.print(f"fitted {len(frame)} records onto {len(fitted.jobs)} jobs; wrote {out}")
 
 
+# ----- demo ---------------------------------------------------------------------------------
+@app.command("demo")
+def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Folder for the example's files."),
+         count: int = typer.Option(20, "--count", min=1, help="Jobs in the example workload."),
+         seed: int = typer.Option(1, "--seed", help="Workload seed."),
+         time_limit: float = typer.Option(60.0, "--time-limit", min=0.1, help="Solver time limit, seconds.")) -> None:
+    """Run the embedded example end to end: topology, workload, plans by every policy, pictures."""
+    from weave.demo import run_demo
+
+    code = run_demo(out, console, jobs=count, seed=seed, time_limit_s=time_limit)
+    if code:
+        raise typer.Exit(code)
+
+
 # ----- plan ---------------------------------------------------------------------------------
 plan_app = typer.Typer(help="Plan, check and draw co-scheduling plans.", invoke_without_command=True)
 app.add_typer(plan_app, name="plan")
@@ -304,10 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run() -> None:
     """Console-script wrapper: exit with main()'s code."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
