@@ -3,7 +3,8 @@
 Cost objective (logic-based decomposition, exact for the model below):
 1. Candidates: every set of at most ``max_group_size`` jobs, with a shared training pool (one GPU
    count and type common to all members' options, the paper's uniform DP) and a partition of the
-   members into rollout classes (jobs in a class share rollout nodes), for each job's rollout option.
+   members into rollout classes (jobs in a class share rollout nodes; a narrower job takes a run of
+   the class's nodes, laid out so that every node's busy time fits), for each job's rollout option.
    A candidate survives when its loads fit under the group's largest admissible cycle
    ``min(slo * solo)``: train busy time, each rollout class's busy time (warm switches included),
    each job's own loop, and host memory per node. Sets are grown depth-first and pruned as soon as a
@@ -56,6 +57,7 @@ class Candidate:
     train: PhaseOption  # the group's training pool (shared by every member)
     rollouts: tuple[PhaseOption, ...]  # per member, same order as jobs
     classes: tuple[tuple[int, ...], ...]  # positions in ``jobs`` that share rollout nodes
+    offsets: tuple[int, ...]  # per member: first node of its rollout inside its class's nodes
     cost: float
     nodes: tuple[tuple[str, int], ...]  # (cluster, node count)
 
@@ -130,6 +132,7 @@ class CandidateBuilder:
         self.max_configs = max_configs_per_set
         self.max_combos = max_rollout_combos
         self.complete = True
+        self.reserve: dict[tuple[int, ...], list[Candidate]] = {}
         self.topo = model.topology
         self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
         self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}
@@ -198,40 +201,57 @@ class CandidateBuilder:
                     continue
                 found.extend(self._rollout_classes(group, trains[group[0]], rollouts, cap))
         found.sort(key=lambda c: c.cost)
+        # Only the cheapest few go to the master; the rest wait in reserve and come in one by one when
+        # a kept one turns out to have no timetable, so no feasible configuration is ever lost.
         if len(found) > self.max_configs:
-            self.complete = False
+            self.reserve[tuple(group)] = found[self.max_configs:]
         return found[:self.max_configs]
 
     def _rollout_classes(self, group: list[int], train: PhaseOption, rollouts: tuple[PhaseOption, ...],
                          cap: float) -> list[Candidate]:
         out = []
-        best_cost = math.inf
         for part in set_partitions(list(range(len(group)))):
             nodes: dict[str, int] = {train.cluster: train.nodes}
+            offsets: dict[int, int] = {}
             ok = True
             for cls in part:
                 opts = [rollouts[i] for i in cls]
                 if len({o.cluster for o in opts}) > 1:
                     ok = False
                     break
-                if len(cls) > 1:
-                    busy = sum(o.duration_s + o.switch_s for o in opts)
-                    mem = sum(o.host_mem_gb for o in opts)
-                    if busy > cap + 1e-9 or mem > self.topo.clusters[opts[0].cluster].host_mem_gb:
-                        ok = False
-                        break
-                if len({o.nodes for o in opts}) > 1:
-                    self.complete = False  # multi-node jobs sharing with narrower ones: modelled coarsely
+                layout = class_layout(opts, cap, self.topo.clusters[opts[0].cluster].host_mem_gb)
+                if layout is None:
+                    ok = False
+                    break
+                offsets.update(zip(cls, layout))
                 nodes[opts[0].cluster] = nodes.get(opts[0].cluster, 0) + max(o.nodes for o in opts)
             if not ok:
                 continue
             if any(n > self.topo.clusters[c].nodes for c, n in nodes.items()):
                 continue
             cost = sum(self.price[c] * n for c, n in nodes.items())
-            best_cost = min(best_cost, cost)
-            out.append(Candidate(tuple(group), train, rollouts, tuple(tuple(c) for c in part), round(cost, 6),
+            out.append(Candidate(tuple(group), train, rollouts, tuple(tuple(c) for c in part),
+                                 tuple(offsets[i] for i in range(len(group))), round(cost, 6),
                                  tuple(sorted(nodes.items()))))
         return out
+
+
+def class_layout(opts: list[PhaseOption], cap: float, node_mem_gb: float) -> tuple[int, ...] | None:
+    """Place each rollout of a class on a run of consecutive nodes among the class's ``max(nodes)``
+    nodes so that every node's busy time (with warm switches where shared) and host memory fit.
+    Exhaustive over the runs' first nodes (classes are small); None when no layout fits."""
+    width = max(o.nodes for o in opts)
+    best = None
+    for layout in itertools.product(*[range(width - o.nodes + 1) for o in opts]):
+        users: list[list[PhaseOption]] = [[] for _ in range(width)]
+        for o, first in zip(opts, layout):
+            for n in range(first, first + o.nodes):
+                users[n].append(o)
+        busy = max(sum(o.duration_s + (o.switch_s if len(u) > 1 else 0) for o in u) for u in users)
+        mem = max(sum(o.host_mem_gb for o in u) for u in users)
+        if busy <= cap + 1e-9 and mem <= node_mem_gb and (best is None or busy < best[0]):
+            best = (busy, layout)
+    return None if best is None else best[1]
 
 
 # ----- master -------------------------------------------------------------------------------
@@ -292,8 +312,9 @@ def candidate_members(model: PlanningModel, cand: Candidate, alloc: NodeAllocato
         opts = [cand.rollouts[i] for i in cls]
         cls_nodes = alloc.take(opts[0].cluster, max(o.nodes for o in opts))
         nodes += cls_nodes
-        pool = [g for n in cls_nodes for g in topo.node(n).gpu_ids]
         for i in cls:
+            first = cand.offsets[i]
+            pool = [g for n in cls_nodes[first:] for g in topo.node(n).gpu_ids]
             rollout_gpus[i] = pool[:cand.rollouts[i].gpus]
     jobs = model.jobs.jobs
     members = [Member(jobs[j], tuple(rollout_gpus[i]), tuple(train_gpus)) for i, j in enumerate(cand.jobs)]
@@ -372,6 +393,9 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                 banned.add(i)
                 result.timetable_failures += 1
                 failed = True
+                spare = builder.reserve.get(candidates[i].jobs)
+                if spare:
+                    candidates.append(spare.pop(0))
             else:
                 verified[i] = (members, nodes, tt)
         say(f"master {result.master_solves}: ${objective:,.2f}/h, bound ${bound:,.2f}/h")
