@@ -291,19 +291,24 @@ class _Checker:
 
     def check_slot_phase(self, where: str, spec: JobSpec, slot: PhaseSlot) -> None:
         phase = spec.phase(slot.phase)
+        allowed_types, allowed_counts = tuple(phase.gpu_types), tuple(phase.gpu_options)
+        if self.plan.policy == "colocate" and slot.phase == "rollout":
+            # The veRL-style baseline runs rollout on the job's training GPUs by definition.
+            allowed_types += (spec.train.gpu_type,)
+            allowed_counts += tuple(spec.train.gpu_options)
         known = [g for g in slot.gpus if self.gpu_known(g)]
         types = sorted({self.topology.gpu_type_of(g) for g in known})
         if len(types) > 1:
             self.add("phases", where, f"GPUs of several types ({', '.join(types)})")
         for t in types:
-            if t not in phase.gpu_types:
-                self.add("phases", where, f"GPU type {t} is not allowed (gpu_types: {', '.join(phase.gpu_types)})")
+            if t not in allowed_types:
+                self.add("phases", where, f"GPU type {t} is not allowed (gpu_types: {', '.join(allowed_types)})")
         if slot.gpu_type is not None and types and types != [slot.gpu_type]:
             self.add("phases", where, f"gpu_type says {slot.gpu_type} but the GPUs are {', '.join(types)}")
         count = len(slot.gpus)
-        if count not in phase.gpu_options:
+        if count not in allowed_counts:
             self.add("phases", where, f"{count} GPUs is not an option (gpu_options: "
-                                      f"{', '.join(map(str, phase.gpu_options))})")
+                                      f"{', '.join(map(str, allowed_counts))})")
 
     def check_duration(self, group: GroupPlan, job: JobPlan, spec: JobSpec, one: dict[str, PhaseSlot]) -> None:
         for kind in GPU_PHASES:

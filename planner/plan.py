@@ -13,6 +13,8 @@ Timetable semantics (what the validator in ``planner/check.py`` enforces):
   ``1 <= k <= 1 + max_staleness`` (a one-step off-policy job may start its next rollout before its
   previous training and sync are done).
 - ``iteration_s == cycle_s`` (one iteration per cycle) and ``iteration_s <= slo * solo_iteration_s``.
+- A phase's GPU count and type come from its ``gpu_options`` / ``gpu_types``; the ``colocate``
+  baseline (veRL-style) is the one exception: it runs each rollout on the job's training GPUs.
 """
 
 from __future__ import annotations
