@@ -1,0 +1,483 @@
+"""Baseline planning policies: Solo-D, veRL-style colocation, and Weave's online Algorithm 1.
+
+Each policy is ``plan_<name>(model, **opts) -> Plan`` and returns a plan that ``planner.check``
+accepts. They share the bookkeeping below:
+
+- ``NodeAllocator`` hands out whole free nodes of a cluster in id order (``rollout-000``, ...), so
+  groups never share a node and plans are reproducible;
+- ``_Draft`` turns a request for GPUs into fresh nodes, filling the spare GPUs of a node it already
+  drafted first (a job whose rollout and train live in one cluster shares a node the way the solo
+  reference in ``PlanningModel.solo_placement`` does);
+- ``_Ledger`` tracks the host memory pinned per node (the residency constraint);
+- every group's timetable is the round-robin meta-iteration of ``planner.roundrobin``, and a job is
+  placed only where every member of its group still meets its SLO.
+
+A job that cannot be placed is rejected with the reason (SLO below 1, no cluster of an allowed GPU
+type, wider than every cluster, state larger than a node's host memory, no free nodes, SLO missed);
+the other jobs are still planned.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from planner.model import PlanningModel
+from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
+from planner.roundrobin import Member, RoundRobin, round_robin_timetable
+from profiles.jobs import JobSpec, PhaseSpec
+from topology.spec import ClusterSpec
+from topology.topology import Topology, node_of
+
+SLO_TOL = 1e-9  # relative slack on ``cycle <= slo * solo`` for float round-off only
+
+
+class Unplaceable(Exception):
+    """A job (or one candidate placement of it) cannot be placed; the message is the reason."""
+
+
+# ----- nodes and host memory -------------------------------------------------------------------
+
+
+class NodeAllocator:
+    """Whole free nodes of each cluster, handed out in id order and never twice."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self._free = {name: [n.id for n in topology.nodes_in(cluster=name)] for name in topology.clusters}
+
+    def free(self, cluster: str) -> int:
+        return len(self._free[cluster])
+
+    def peek(self, cluster: str, count: int, skip: int = 0) -> list[str] | None:
+        """The next ``count`` free nodes after ``skip`` of them, or None when there are too few."""
+        nodes = self._free[cluster][skip:skip + count]
+        return nodes if len(nodes) == count else None
+
+    def take(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            self._free[self.topology.node(node).cluster].remove(node)
+
+
+class _Ledger:
+    """Host memory pinned on each node, per (job, phase): a node holds the state of every phase
+    that runs there so that switches stay warm."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.used: dict[str, dict[tuple[str, str], float]] = {}
+
+    def pins(self, member: Member) -> dict[str, dict[tuple[str, str], float]]:
+        out: dict[str, dict[tuple[str, str], float]] = {}
+        for kind in ("rollout", "train"):
+            for node in {node_of(g) for g in member.gpus(kind)}:
+                out.setdefault(node, {})[(member.job.name, kind)] = member.job.phase(kind).host_mem_gb
+        return out
+
+    def check(self, member: Member) -> None:
+        for node, pins in self.pins(member).items():
+            total = sum({**self.used.get(node, {}), **pins}.values())
+            cap = self.topology.node(node).host_mem_gb
+            if total > cap * (1 + 1e-9):
+                raise Unplaceable(f"host memory of {node} would hold {total:.1f} GB, more than its {cap:g} GB")
+
+    def add(self, member: Member) -> None:
+        for node, pins in self.pins(member).items():
+            self.used.setdefault(node, {}).update(pins)
+
+
+class _Draft:
+    """The fresh nodes one candidate placement would take, GPU by GPU (nothing is taken until
+    ``commit``)."""
+
+    def __init__(self, alloc: NodeAllocator):
+        self.alloc = alloc
+        self.nodes: list[str] = []
+        self._spare: dict[str, list[str]] = {}  # cluster -> unused GPUs of drafted nodes
+
+    def gpus(self, cluster: ClusterSpec, count: int) -> list[str]:
+        spare = self._spare.setdefault(cluster.name, [])
+        need = max(0, count - len(spare))
+        drafted = sum(1 for n in self.nodes if self.alloc.topology.node(n).cluster == cluster.name)
+        fresh = self.alloc.peek(cluster.name, math.ceil(need / cluster.gpus_per_node), skip=drafted)
+        if fresh is None:
+            raise Unplaceable(f"out of free {cluster.gpu_type} nodes in cluster {cluster.name} "
+                              f"({self.alloc.free(cluster.name) - drafted} free)")
+        self.nodes += fresh
+        spare += [g for n in fresh for g in self.alloc.topology.node(n).gpu_ids]
+        taken, self._spare[cluster.name] = spare[:count], spare[count:]
+        return taken
+
+    def commit(self) -> None:
+        self.alloc.take(self.nodes)
+
+
+def _clusters(topology: Topology, kind: str, phase: PhaseSpec, gpus: int, mem_gb: float,
+              types: Sequence[str] | None = None) -> list[ClusterSpec]:
+    """Clusters that could host ``gpus`` GPUs of the phase, preferred type first; if none, raise
+    with the reason (no such type, too narrow, too little host memory)."""
+    types = types if types is not None else _types(phase)
+    of_type = [c for t in types for c in topology.clusters.values() if c.gpu_type == t]
+    if not of_type:
+        raise Unplaceable(f"no cluster of GPU type {'/'.join(types)} for its {kind}")
+    wide = [c for c in of_type if c.nodes * c.gpus_per_node >= gpus]
+    if not wide:
+        largest = max(c.nodes * c.gpus_per_node for c in of_type)
+        raise Unplaceable(f"its {kind} needs {gpus} GPUs, wider than every {'/'.join(types)} cluster "
+                          f"(largest: {largest})")
+    roomy = [c for c in wide if c.host_mem_gb >= mem_gb]
+    if not roomy:
+        raise Unplaceable(f"its {kind} state needs {mem_gb:g} GB of host memory per node, more than a "
+                          f"{'/'.join(types)} node has ({max(c.host_mem_gb for c in wide):g} GB)")
+    return roomy
+
+
+def _types(phase: PhaseSpec) -> list[str]:
+    return [phase.gpu_type, *[t for t in phase.gpu_types if t != phase.gpu_type]]
+
+
+def _ref_gpus(phase: PhaseSpec) -> int:
+    """The phase's reference GPU count, or the nearest of its ``gpu_options`` if it is not one."""
+    if phase.gpus in phase.gpu_options:
+        return phase.gpus
+    return min(phase.gpu_options, key=lambda g: (abs(g - phase.gpus), g))
+
+
+def _draft_phase(draft: _Draft, clusters: list[ClusterSpec], count: int) -> list[str]:
+    """GPUs for one phase from the first of ``clusters`` with enough free nodes."""
+    reason = None
+    for cluster in clusters:
+        try:
+            return draft.gpus(cluster, count)
+        except Unplaceable as exc:
+            reason = reason or exc
+    raise reason  # type: ignore[misc]
+
+
+# ----- groups and the shared bookkeeping ----------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    members: list[Member]
+    nodes: list[str]
+    timetable: RoundRobin
+    rollout_nodes: list[str] = field(default_factory=list)  # nodes holding rollout GPUs, in order added
+
+    @property
+    def train_gpus(self) -> tuple[str, ...]:
+        return self.members[0].train_gpus
+
+
+class _Book:
+    """What every policy tracks while it plans: free nodes, host memory, groups, rejections."""
+
+    def __init__(self, model: PlanningModel):
+        self.model = model
+        self.topology = model.topology
+        self.alloc = NodeAllocator(model.topology)
+        self.ledger = _Ledger(model.topology)
+        self.groups: list[_Group] = []
+        self.rejected: list[Rejection] = []
+        self._solo: dict[str, float] = {}
+
+    def solo(self, job: JobSpec) -> float:
+        # Per job (not ``model.solo``), so that a job the topology cannot host fails alone.
+        if job.name not in self._solo:
+            self._solo[job.name] = self.model.solo_iteration_s(job)
+        return self._solo[job.name]
+
+    def reject(self, job: JobSpec, reason: str) -> None:
+        self.rejected.append(Rejection(name=job.name, reason=reason))
+
+    def timetable(self, members: list[Member]) -> RoundRobin:
+        """The round-robin timetable, or ``Unplaceable`` naming a member whose SLO it misses."""
+        rr = round_robin_timetable(self.model, members)
+        for m in members:
+            limit = m.job.slo * self.solo(m.job)
+            if rr.cycle_s > limit * (1 + SLO_TOL):
+                raise Unplaceable(f"iteration {rr.cycle_s:.1f} s would exceed {m.job.name}'s SLO "
+                                  f"({m.job.slo:g} x solo {self.solo(m.job):.1f} s = {limit:.1f} s)")
+        return rr
+
+    def cost(self, nodes: Iterable[str]) -> float:
+        return sum(self.topology.node_usd_per_hour(n) for n in nodes)
+
+    def add_group(self, draft: _Draft, member: Member, rr: RoundRobin) -> None:
+        draft.commit()
+        self.ledger.add(member)
+        rollout_nodes = list(dict.fromkeys(node_of(g) for g in member.rollout_gpus))
+        self.groups.append(_Group([member], list(draft.nodes), rr, rollout_nodes))
+
+
+def _admissible(book: _Book, job: JobSpec) -> None:
+    """Checks that do not depend on what is already placed: the SLO, and the solo reference it is
+    measured against (each phase needs a cluster of one of its types)."""
+    if job.slo < 1:
+        raise Unplaceable(f"slo {job.slo:g} < 1: no placement runs a job faster than alone")
+    for kind in ("rollout", "train"):
+        types = _types(job.phase(kind))
+        if not any(c.gpu_type in types for c in book.topology.clusters.values()):
+            raise Unplaceable(f"no cluster of GPU type {'/'.join(types)} for its {kind}")
+    book.solo(job)
+
+
+def _fresh_member(book: _Book, job: JobSpec) -> tuple[_Draft, Member]:
+    """The job alone at its reference GPU counts on fresh nodes of its preferred types."""
+    draft = _Draft(book.alloc)
+    gpus = {}
+    for kind in ("rollout", "train"):
+        phase = job.phase(kind)
+        count = _ref_gpus(phase)
+        gpus[kind] = _draft_phase(draft, _clusters(book.topology, kind, phase, count, phase.host_mem_gb), count)
+    member = Member(job, tuple(gpus["rollout"]), tuple(gpus["train"]))
+    book.ledger.check(member)
+    return draft, member
+
+
+def _arrival_order(model: PlanningModel) -> list[JobSpec]:
+    return sorted(model.jobs.jobs, key=lambda j: j.arrival_s)  # stable: file order breaks ties
+
+
+def _plan_each(model: PlanningModel, place: Callable[[_Book, JobSpec], None]) -> _Book:
+    book = _Book(model)
+    for job in _arrival_order(model):
+        try:
+            _admissible(book, job)
+            place(book, job)
+        except Unplaceable as exc:
+            book.reject(job, str(exc))
+    return book
+
+
+# ----- Solo-D -------------------------------------------------------------------------------------
+
+
+def plan_solo(model: PlanningModel) -> Plan:
+    """Solo-D: every job alone on dedicated rollout and train nodes (the cost every bubble costs)."""
+    started = time.perf_counter()
+
+    def place(book: _Book, job: JobSpec) -> None:
+        draft, member = _fresh_member(book, job)
+        book.add_group(draft, member, book.timetable([member]))
+
+    return _assemble("solo", "FEASIBLE", _plan_each(model, place), started)
+
+
+# ----- veRL-style colocation --------------------------------------------------------------------
+
+
+def plan_colocate(model: PlanningModel) -> Plan:
+    """veRL-style: each job alone, rollout and train taking turns on the same training GPUs.
+
+    The rollout runs on the job's training type (the plan contract's one exception to a phase's
+    ``gpu_types``), slowed by the type rule; the GPU count is the smallest of the training
+    ``gpu_options`` that meets the SLO with both warm switches on every cycle.
+    """
+    started = time.perf_counter()
+
+    def place(book: _Book, job: JobSpec) -> None:
+        types = [t for t in _types(job.train) if t == job.train.gpu_type or t in job.rollout.gpu_types]
+        reason = None
+        for count in sorted(job.train.gpu_options):
+            try:
+                _colocate_at(book, job, count, types)
+                return
+            except Unplaceable as exc:
+                reason = reason or exc
+        raise reason  # type: ignore[misc]
+
+    return _assemble("colocate", "FEASIBLE", _plan_each(model, place), started)
+
+
+def _colocate_at(book: _Book, job: JobSpec, count: int, types: list[str]) -> None:
+    mem = job.rollout.host_mem_gb + job.train.host_mem_gb
+    clusters = _clusters(book.topology, "train", job.train, count, mem, types)
+    draft = _Draft(book.alloc)
+    gpus = tuple(_draft_phase(draft, clusters, count))
+    member = Member(job, gpus, gpus)
+    book.ledger.check(member)
+    book.add_group(draft, member, book.timetable([member]))
+
+
+# ----- Weave, Algorithm 1 -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One way to admit a job: into group number ``group`` (a new one for ISOLATED) on ``member``'s
+    GPUs, adding ``draft``'s nodes at ``delta`` $/h."""
+
+    delta: float
+    rank: int  # 0 direct packing, 1 rollout scaling, 2 isolated group (the tie-break order)
+    group: int
+    member: Member
+    draft: _Draft
+    timetable: RoundRobin
+
+    @property
+    def key(self) -> tuple:
+        return (round(self.delta, 9), self.rank, self.group)
+
+
+DIRECT, SCALE, ISOLATED = 0, 1, 2
+
+
+def plan_weave(model: PlanningModel, max_group_size: int = 5) -> Plan:
+    """Weave's online admission (paper Algorithm 1): each arriving job goes where it adds the least
+    cost: into a bubble of an existing group (direct packing, free), onto fresh rollout nodes added
+    to a group (rollout scaling), or into a new isolated group. Existing jobs never move."""
+    if max_group_size < 1:
+        raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+    started = time.perf_counter()
+
+    def place(book: _Book, job: JobSpec) -> None:
+        best: _Candidate | None = None
+        reason: Unplaceable | None = None
+        for candidate in _weave_candidates(book, job, max_group_size):
+            if isinstance(candidate, Unplaceable):
+                reason = candidate  # the last one is the isolated group's: the root cause
+            elif best is None or candidate.key < best.key:
+                best = candidate
+        if best is None:
+            raise reason or Unplaceable("no placement found")
+        _admit(book, best)
+
+    return _assemble("weave", "HEURISTIC", _plan_each(model, place), started)
+
+
+def _weave_candidates(book: _Book, job: JobSpec, max_group_size: int):
+    """Every candidate placement (or the ``Unplaceable`` that ruled one out), isolated group last."""
+    for index, group in enumerate(book.groups):
+        full = len(group.members) >= max_group_size
+        if full or _saturated(book.model, group) or not _fits_train(book.topology, job, group):
+            continue
+        for rank, member, draft in _group_placements(book, job, group):
+            try:
+                book.ledger.check(member)
+                rr = book.timetable([*group.members, member])
+            except Unplaceable as exc:
+                yield exc
+                continue
+            yield _Candidate(book.cost(draft.nodes), rank, index, member, draft, rr)
+    try:
+        draft, member = _fresh_member(book, job)
+        yield _Candidate(book.cost(draft.nodes), ISOLATED, len(book.groups), member, draft,
+                         book.timetable([member]))
+    except Unplaceable as exc:
+        yield exc
+
+
+def _saturated(model: PlanningModel, group: _Group) -> bool:
+    """Weave's pruning rule: T_load = max(sum of trains, busiest rollout node) >= T_cycle = max solo."""
+    roll, train = {}, {}
+    for m in group.members:
+        for kind, table in (("rollout", roll), ("train", train)):
+            gpus = m.gpus(kind)
+            table[m.job.name] = model.duration(m.job, kind, len(gpus), model.topology.gpu_type_of(gpus[0]))
+    per_node: dict[str, float] = {}
+    for m in group.members:
+        for node in {node_of(g) for g in m.rollout_gpus}:
+            per_node[node] = per_node.get(node, 0.0) + roll[m.job.name]
+    load = max(sum(train.values()), max(per_node.values()))
+    cycle = max(roll[n] + train[n] for n in roll)
+    return load >= cycle
+
+
+def _fits_train(topology: Topology, job: JobSpec, group: _Group) -> bool:
+    """The group's training pool is fixed (no re-parallelization): same GPU count and type."""
+    gpus = group.train_gpus
+    return len(gpus) in job.train.gpu_options and topology.gpu_type_of(gpus[0]) in job.train.gpu_types
+
+
+def _group_placements(book: _Book, job: JobSpec, group: _Group):
+    """(rank, member, draft) for direct packing on every run of the group's rollout nodes that fits
+    the rollout, then for rollout scaling onto fresh nodes."""
+    topo = book.topology
+    phase = job.rollout
+    count = _ref_gpus(phase)
+    for run in _runs(topo, group.rollout_nodes, phase, count):
+        gpus = [g for n in run for g in topo.node(n).gpu_ids][:count]
+        yield DIRECT, Member(job, tuple(gpus), group.train_gpus), _Draft(book.alloc)
+    draft = _Draft(book.alloc)
+    try:
+        gpus = _draft_phase(draft, _clusters(topo, "rollout", phase, count, phase.host_mem_gb), count)
+    except Unplaceable:
+        return  # no fresh rollout nodes: direct packing or an isolated group may still do
+    yield SCALE, Member(job, tuple(gpus), group.train_gpus), draft
+
+
+def _runs(topology: Topology, nodes: list[str], phase: PhaseSpec, count: int) -> list[list[str]]:
+    """Every run of consecutive ``nodes`` (one cluster of an allowed type) just wide enough for
+    ``count`` GPUs."""
+    out = []
+    for i in range(len(nodes)):
+        run, gpus = [], 0
+        for node_id in nodes[i:]:
+            node = topology.node(node_id)
+            if node.gpu_type not in phase.gpu_types or (run and node.cluster != topology.node(run[0]).cluster):
+                break
+            run.append(node_id)
+            gpus += node.gpus
+            if gpus >= count:
+                out.append(run)
+                break
+    return out
+
+
+def _admit(book: _Book, candidate: _Candidate) -> None:
+    if candidate.rank == ISOLATED:
+        book.add_group(candidate.draft, candidate.member, candidate.timetable)
+        return
+    group = book.groups[candidate.group]
+    candidate.draft.commit()
+    book.ledger.add(candidate.member)
+    group.members.append(candidate.member)
+    group.nodes += candidate.draft.nodes
+    group.rollout_nodes += [n for n in dict.fromkeys(map(node_of, candidate.member.rollout_gpus))
+                            if n not in group.rollout_nodes]
+    group.timetable = candidate.timetable
+
+
+# ----- the Plan ---------------------------------------------------------------------------------
+
+
+def _assemble(policy: str, status: str, book: _Book, started: float) -> Plan:
+    groups = [_group_plan(book, f"g{i}", group) for i, group in enumerate(book.groups)]
+    cost = sum(g.usd_per_hour or 0.0 for g in groups)
+    return Plan(
+        policy=policy,
+        quantile=_plan_quantile(book.model.quantile),
+        topology=book.topology.name,
+        cost_usd_per_hour=cost,
+        solver=SolverInfo(name=policy, status=status, wall_s=time.perf_counter() - started,
+                          objective=cost),
+        groups=groups,
+        rejected=book.rejected,
+        elastic=dict(DEFAULT_ELASTIC),
+    )
+
+
+def _group_plan(book: _Book, name: str, group: _Group) -> GroupPlan:
+    rr = group.timetable
+    jobs = []
+    for m in group.members:
+        times = rr.phases[m.job.name]
+        slots = [PhaseSlot(phase=kind, start_s=times[kind].start_s, duration_s=times[kind].duration_s,
+                           gpus=list(m.gpus(kind)), gpu_type=book.topology.gpu_type_of(m.gpus(kind)[0]))
+                 for kind in ("rollout", "train", "sync")]
+        jobs.append(JobPlan(name=m.job.name, solo_iteration_s=book.solo(m.job), iteration_s=rr.cycle_s,
+                            slo=m.job.slo, phases=slots))
+    return GroupPlan(name=name, cycle_s=rr.cycle_s, nodes=list(group.nodes), jobs=jobs,
+                     usd_per_hour=book.cost(group.nodes))
+
+
+def _plan_quantile(q: float | str) -> float | str:
+    if isinstance(q, str) and q != "max":
+        return float(q)
+    return q
+
+
+__all__ = ["NodeAllocator", "Unplaceable", "plan_colocate", "plan_solo", "plan_weave"]
