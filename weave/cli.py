@@ -294,15 +294,12 @@ def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
 
 
 def _parse_quantile(text: str) -> float | str:
-    if text == "max":
-        return "max"
+    from profiles.durations import parse_quantile
+
     try:
-        q = float(text)
-    except ValueError:
-        q = -1.0
-    if not 0 < q <= 1:
-        raise InputError("<command line>", "--quantile", f"expected a number in (0, 1] or 'max', got {text!r}")
-    return q
+        return parse_quantile(text)
+    except ValueError as exc:
+        raise InputError("<command line>", "--quantile", str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
