@@ -361,7 +361,7 @@ def gantt_png(
         total = 60.0
     fig = Figure(figsize=(width, total), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    fig.suptitle(plan_title(plan, len(panels)), fontsize=12, fontweight="bold")
+    fig.suptitle(_plain(plan_title(plan, len(panels))), fontsize=12, fontweight="bold")
 
     if not panels:
         ax = fig.add_subplot(1, 1, 1)
@@ -381,7 +381,7 @@ def gantt_png(
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) <= 24 else 6)
         ax.tick_params(axis="x", labelsize=8)
-        ax.set_title(group_title(group, panel.hidden_rows), fontsize=9.5, loc="left")
+        ax.set_title(_plain(group_title(group, panel.hidden_rows)), fontsize=9.5, loc="left")
         for i in range(len(rows) - 1):
             ax.axhline(i + 0.5, color="white", lw=1.5, zorder=1)
         for k in range(1, cycles):
@@ -570,3 +570,8 @@ __all__ = [
     "job_colours",
     "phase_segments",
 ]
+
+
+def _plain(text: str) -> str:
+    """Escape dollar signs: matplotlib would read "$542/h ... $" as mathtext."""
+    return text.replace("$", r"\$")
