@@ -336,6 +336,15 @@ def _hover(s: Segment) -> str:
 # PNG
 
 
+def _prepare(plan: Plan, path: str | Path, cycles: int, by: By, max_groups: int):
+    """What both drawings need: the output path (its folder made), panels, segments, colours, lanes."""
+    _check_by(by)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    panels, segments = _panels(plan, cycles, by, max_groups)
+    return path, panels, segments, job_colours(plan), assign_lanes(segments)
+
+
 def gantt_png(
     plan: Plan, path: str | Path, cycles: int = 2, by: By = "node", max_groups: int = MAX_GROUPS, dpi: int = 110
 ) -> Path:
@@ -345,12 +354,7 @@ def gantt_png(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
 
-    _check_by(by)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    panels, segments = _panels(plan, cycles, by, max_groups)
-    colours = job_colours(plan)
-    lanes = assign_lanes(segments)
+    path, panels, segments, colours, lanes = _prepare(plan, path, cycles, by, max_groups)
 
     width = 15.0
     heights = [min(12.0, 0.85 + 0.38 * max(1, len(p.rows))) for p in panels] or [1.5]
@@ -461,12 +465,7 @@ def gantt_html(
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    _check_by(by)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    panels, segments = _panels(plan, cycles, by, max_groups)
-    colours = job_colours(plan)
-    lanes = assign_lanes(segments)
+    path, panels, segments, colours, lanes = _prepare(plan, path, cycles, by, max_groups)
 
     if not panels:
         fig = go.Figure()
