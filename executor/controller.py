@@ -1,0 +1,641 @@
+"""The controller: applies a Plan through any backend (DESIGN 5).
+
+It owns the scheduling decisions and nothing physical:
+
+- per-GPU FIFO queues in the plan's order (``executor.queues``); a phase is *warmed* on its GPUs as
+  soon as they are free and it heads their queues, and *permitted* once its inputs are ready
+  (rollout k after sync k-1-max_staleness, train k after rollout k, sync k after train k): a
+  work-conserving run in the plan's order, not a replay of clock times;
+- elastic rules (``executor.config.ElasticRules``): long-tail migration (at the threshold share of
+  responses the rollout keeps ``target_share`` of its GPUs, the rest go to their next queued phase;
+  a rollout may start on part of its GPUs and grow as the others free up) and lending (a GPU whose
+  next phase waits for its inputs longer than ``lend_min_gain`` round-trip switches joins a running
+  rollout of its group, and is taken back when its own phase is ready);
+- faults: a node going down aborts the runs that hold its GPUs (a lent GPU is just withdrawn);
+  their jobs restart the iteration after the last completed one, queued ahead of everything else on
+  their GPUs, once the GPUs are there; other jobs and groups carry on;
+- plan changes (replanning, admission, release): unchanged groups carry on; a job joining a group
+  whose timetable is otherwise unchanged slots into the next cycle; any other change drains the
+  groups involved (no new iteration starts, running ones finish: the cycle boundary) and then
+  installs the new timetables, optionally after a migration delay;
+- what happened: one record per finished phase (DESIGN 3.4 columns plus extras), iteration ends,
+  restarts and plan switches, and the $/h and GPUs held over time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from executor.backend import Backend, Measured, PhaseRun, SyncRun
+from executor.config import ElasticRules
+from executor.queues import GpuQueue, JobSchedule, Key
+from planner.model import PlanningModel
+from planner.plan import GroupPlan, JobPlan, Plan
+from profiles.jobs import JobSet, JobSpec
+from topology.topology import Topology, node_of
+
+PHASES = ("rollout", "train", "sync")
+
+
+@dataclass
+class JobState:
+    spec: JobSpec
+    total: int  # iterations to run (the job leaves after the last)
+    done: dict[str, int] = field(default_factory=lambda: {p: -1 for p in PHASES})
+    limit: int = 0  # iterations below this may start (lowered to drain the job)
+    not_before: float = 0.0  # migration delay after a plan switch
+    first_start: float | None = None
+    finished_at: float | None = None
+    rollout_starts: dict[int, float] = field(default_factory=dict)
+    iteration_ends: dict[int, float] = field(default_factory=dict)
+    restarts: int = 0
+
+    @property
+    def staleness(self) -> int:
+        return self.spec.max_staleness
+
+    @property
+    def finished(self) -> bool:
+        return self.done["sync"] >= self.total - 1
+
+
+@dataclass(frozen=True)
+class HeldGroup:
+    name: str
+    nodes: tuple[str, ...]
+    usd_per_hour: float
+
+
+@dataclass
+class PendingSwitch:
+    plan: Plan
+    jobs: set[str]  # jobs of the new plan to (re)install once the draining ones are idle
+    draining: set[str]
+    groups_out: set[str]
+    delays: dict[str, float]
+    reason: str
+
+
+class Controller:
+    def __init__(self, backend: Backend, plan: Plan, topology: Topology, jobs: JobSet, *,
+                 iterations: int | None = None, rules: ElasticRules | None = None,
+                 start_jobs: bool = True):
+        self.backend = backend
+        self.topology = topology
+        self.jobs = jobs
+        self.specs = {j.name: j for j in jobs.jobs}
+        self.rules = rules if rules is not None else ElasticRules.from_plan(plan.elastic)
+        self.model = PlanningModel(topology, jobs, plan.quantile)
+        self.default_iterations = iterations
+        self.plan = plan
+        self.schedules: dict[str, JobSchedule] = {}
+        self.job_plans: dict[str, tuple[GroupPlan, JobPlan]] = {}
+        self.state: dict[str, JobState] = {}
+        self.queues: dict[str, GpuQueue] = {}
+        self.holder: dict[str, PhaseRun] = {}  # GPU -> run warmed on / running on it
+        self.lent: set[str] = set()  # GPUs held by a run that is not their own queue head
+        self.down: set[str] = set()
+        self.runs: dict[Key, PhaseRun] = {}
+        self.syncs: dict[str, SyncRun] = {}
+        self.records: list[dict] = []
+        self.events: list[dict] = []  # restarts, plan switches, admissions (for the log)
+        self.held: dict[str, HeldGroup] = {}
+        self.held_timeline: list[tuple[float, float, dict[str, int]]] = []  # (t, $/h, GPUs per cluster)
+        self.pending: PendingSwitch | None = None
+        self.queued_plans: list[tuple[Plan, dict[str, float], str]] = []
+        self.on_phase: list[Callable[[dict], None]] = []
+        self.on_iteration: list[Callable[[str, int, float], None]] = []
+        self.on_job_finished: list[Callable[[str, float], None]] = []
+        self.on_switch: list[Callable[[Plan], None]] = []
+        self.gpu_cluster: dict[str, str] = {}
+        backend.attach(self)
+        if start_jobs:
+            self._install(plan, {j for j in plan.jobs}, epoch=self.now, delays={})
+            self._set_held(plan.groups)
+
+    # ----- helpers --------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.backend.now()
+
+    def _iterations_of(self, spec: JobSpec) -> int:
+        if self.default_iterations is not None:
+            return self.default_iterations
+        return spec.iterations or 1
+
+    def _allowed(self, job: str, k: int) -> bool:
+        st = self.state.get(job)
+        return st is not None and k < st.limit
+
+    def _head(self, gpu: str) -> Key | None:
+        q = self.queues.get(gpu)
+        if q is None:
+            return None
+        while True:
+            key = q.head(self._allowed)
+            if key is None or self.state[key[0]].done[key[1]] < key[2]:
+                return key
+            q.pop(key)  # finished without this GPU (elastic rollout): move past it
+
+    def _run(self, key: Key) -> PhaseRun | None:
+        run = self.runs.get(key)
+        if run is not None:
+            return run
+        job, phase, k = key
+        if job not in self.job_plans:
+            return None
+        group, jp = self.job_plans[job]
+        slot = jp.phase(phase)
+        gpu_type = slot.gpu_type or self.topology.gpu_type_of(slot.gpus[0])
+        elastic = phase == "rollout" and self.rules.elastic
+        run = PhaseRun(job, phase, k, group.name, tuple(slot.gpus), gpu_type, slot.duration_s, elastic=elastic,
+                       watch_threshold=self.rules.threshold if (elastic and self.rules.migrate) else None)
+        self.runs[key] = run
+        return run
+
+    def _available(self, gpu: str) -> bool:
+        return gpu not in self.down and (gpu not in self.holder or gpu in self.lent)
+
+    def _deps_ready(self, run: PhaseRun) -> bool:
+        st = self.state[run.job]
+        k = run.iteration
+        if run.phase == "rollout":
+            return st.done["sync"] >= k - 1 - st.staleness and st.done["rollout"] >= k - 1 \
+                and self.now >= st.not_before
+        return st.done["rollout"] >= k and st.done["train"] >= k - 1
+
+    # ----- dispatch ---------------------------------------------------------------------------
+    def kick(self, gpus: Iterable[str]) -> None:
+        for gpu in gpus:
+            if gpu in self.down or (gpu in self.holder and gpu not in self.lent):
+                continue
+            key = self._head(gpu)
+            run = self._run(key) if key is not None else None
+            if run is not None:
+                self._advance(run)
+            if gpu not in self.holder and self.rules.lend and gpu not in self.down:
+                self._lend(gpu)
+
+    def _advance(self, run: PhaseRun) -> None:
+        if run.state in ("done", "aborted"):
+            return
+        free = [g for g in run.gpus if g not in run.held and self._available(g) and self._head(g) == run.key]
+        if run.elastic:
+            if free and run.state != "tail":
+                self._take(run, free)
+        elif not run.held and len(free) == len(run.gpus):
+            self._take(run, free)
+        if run.held and not run.permitted and self._deps_ready(run) and (run.elastic or len(run.held) == len(run.gpus)):
+            run.permitted = True
+            run.state = "running"
+            st = self.state[run.job]
+            if run.phase == "rollout":
+                st.rollout_starts.setdefault(run.iteration, self.now)
+                if st.first_start is None:
+                    st.first_start = self.now
+            self.backend.permit(run)
+            if self.rules.lend and run.phase == "rollout":
+                self._offer_idle(run)
+
+    def _take(self, run: PhaseRun, gpus: list[str]) -> None:
+        for g in gpus:
+            if g in self.lent:  # take a lent GPU back from its borrower
+                borrower = self.holder[g]
+                self.lent.discard(g)
+                borrower.held.discard(g)
+                del self.holder[g]
+                self.backend.release(borrower, [g])
+            self.holder[g] = run
+            run.held.add(g)
+        self.backend.warm(run, gpus)
+
+    # ----- lending ----------------------------------------------------------------------------
+    def _idle_for(self, gpu: str) -> float:
+        """How long ``gpu`` is expected to wait for its next phase's inputs (planned durations)."""
+        key = self._head(gpu)
+        if key is None:
+            return math.inf
+        run = self._run(key)
+        if run is None or run.permitted:
+            return 0.0
+        st = self.state[run.job]
+        group, jp = self.job_plans[run.job]
+        if run.phase == "train":
+            chain, k = ["rollout"], run.iteration
+        else:
+            chain, k = ["rollout", "train", "sync"], run.iteration - 1 - st.staleness
+        wait = 0.0
+        for phase in chain:
+            if st.done[phase] >= k:
+                continue
+            planned = jp.phase(phase).duration_s
+            active = self.runs.get((run.job, phase, k)) if phase != "sync" else self.syncs.get(run.job)
+            started = getattr(active, "started_s", None) if active is not None else None
+            wait += max(0.0, planned - (self.now - started)) if started is not None else planned
+        return max(wait, st.not_before - self.now)
+
+    def _lend(self, gpu: str) -> None:
+        """An idle GPU joins a running rollout of its group when it would idle long enough."""
+        if gpu in self.holder or gpu in self.down:
+            return
+        wait = self._idle_for(gpu)
+        key = self._head(gpu)
+        own = self._run(key) if key is not None else None
+        if own is not None and own.held and not own.elastic:
+            return  # part of a gang that is being assembled
+        group = self.job_plans[own.job][0].name if own is not None else self._group_of_gpu(gpu)
+        best = None
+        for run in self.runs.values():
+            if run.group != group or run.phase != "rollout" or run.state != "running" or gpu in run.held:
+                continue
+            spec = self.specs[run.job]
+            if self.topology.gpu_type_of(gpu) not in spec.rollout.gpu_types:
+                continue
+            cost = self.model.switch_s(spec, "rollout", node_of(gpu))
+            if own is not None:
+                cost += self.model.switch_s(self.specs[own.job], own.phase, node_of(gpu))
+            remaining = run.planned_s - (self.now - (run.started_s if run.started_s is not None else self.now))
+            if min(wait, remaining) < self.rules.lend_min_gain * max(cost, 1e-3):
+                continue
+            if best is None or remaining > best[0]:
+                best = (remaining, run)
+        if best is not None:
+            run = best[1]
+            self.holder[gpu] = run
+            self.lent.add(gpu)
+            run.held.add(gpu)
+            self.backend.warm(run, [gpu])
+
+    def _offer_idle(self, run: PhaseRun) -> None:
+        """A rollout just started: idle GPUs of its group may join it."""
+        for gpu in self._group_gpus(run.group):
+            if gpu not in self.holder and gpu not in self.down:
+                self._lend(gpu)
+
+    def _group_gpus(self, group: str) -> list[str]:
+        out: list[str] = []
+        for g in self.plan.groups:
+            if g.name == group:
+                for n in g.nodes:
+                    out.extend(self.topology.node(n).gpu_ids)
+        return out
+
+    def _group_of_gpu(self, gpu: str) -> str | None:
+        node = node_of(gpu)
+        for g in self.plan.groups:
+            if node in g.nodes:
+                return g.name
+        return None
+
+    # ----- backend callbacks ------------------------------------------------------------------
+    def threshold_reached(self, run: PhaseRun) -> None:
+        if run.state != "running" or not self.rules.migrate:
+            return
+        own = [g for g in run.gpus if g in run.held]
+        keep_n = max(1, math.ceil(self.rules.target_share * len(run.gpus)))
+        keep = own[:keep_n] or sorted(run.held)[:keep_n]
+        freed = [g for g in run.held if g not in keep]
+        # Move the tail only when a freed GPU has a rollout to start: otherwise the tail would just
+        # run slower on fewer GPUs while the others idle.
+        if not any(self._startable_after(g, run) for g in freed):
+            return
+        run.state = "tail"
+        self.backend.release(run, freed, tail=True)
+        self._free(run, freed)
+        self.kick(freed)
+
+    def _startable_after(self, gpu: str, run: PhaseRun) -> bool:
+        if gpu in self.lent:
+            return True  # goes back to its own queue
+        q = self.queues.get(gpu)
+        key = q.after(run.key, self._allowed) if q is not None else None
+        if key is None or key[1] != "rollout" or key == run.key:
+            return False
+        nxt = self._run(key)
+        return nxt is not None and nxt.elastic and self._deps_ready(nxt)
+
+    def _free(self, run: PhaseRun, gpus: Iterable[str]) -> None:
+        for g in gpus:
+            run.held.discard(g)
+            if self.holder.get(g) is run:
+                del self.holder[g]
+            if g in self.lent:
+                self.lent.discard(g)
+            elif g in self.queues:
+                self.queues[g].pop(run.key)
+
+    def phase_done(self, run: PhaseRun, m: Measured) -> None:
+        run.state = "done"
+        st = self.state[run.job]
+        held = list(run.held)
+        self._free(run, held)
+        for g in run.gpus:  # planned GPUs the run never needed (it finished without them)
+            if g in self.queues:
+                self.queues[g].pop(run.key)
+        self.runs.pop(run.key, None)
+        st.done[run.phase] = run.iteration
+        self._record(run.job, run.iteration, run.phase, run.group, m, run.planned_s)
+        if run.phase == "train":
+            self._start_sync(run)
+        else:
+            nxt = self.runs.get((run.job, "train", run.iteration))
+            if nxt is not None:
+                self._advance(nxt)
+        self.kick(set(held) | set(run.gpus))
+
+    def _start_sync(self, train: PhaseRun) -> None:
+        group, jp = self.job_plans[train.job]
+        sync = SyncRun(train.job, train.iteration, group.name, tuple(jp.phase("train").gpus),
+                       tuple(jp.phase("sync").gpus), jp.phase("sync").duration_s)
+        if any(node_of(g) in self._down_nodes() for g in sync.train_gpus + sync.rollout_gpus):
+            self._restart(train.job, f"sync endpoint down")
+            return
+        self.syncs[train.job] = sync
+        self.backend.start_sync(sync)
+
+    def sync_done(self, run: SyncRun, m: Measured) -> None:
+        if self.syncs.get(run.job) is run:
+            del self.syncs[run.job]
+        st = self.state[run.job]
+        st.done["sync"] = run.iteration
+        st.iteration_ends[run.iteration] = self.now
+        self._record(run.job, run.iteration, "sync", run.group, m, run.planned_s)
+        for hook in self.on_iteration:
+            hook(run.job, run.iteration, self.now)
+        if st.finished:
+            st.finished_at = self.now
+            self._set_held(self.plan.groups)
+            for hook in self.on_job_finished:
+                hook(run.job, self.now)
+        self._check_pending()
+        for k in (run.iteration + 1 + st.staleness, run.iteration + 1):
+            nxt = self.runs.get((run.job, "rollout", k))
+            if nxt is not None:
+                self._advance(nxt)
+        _, jp = self.job_plans.get(run.job, (None, None))
+        if jp is not None:
+            self.kick(jp.phase("rollout").gpus)
+
+    def node_down(self, node: str) -> None:
+        gpus = self.topology.node(node).gpu_ids
+        self.down.update(gpus)
+        self.events.append({"t": self.now, "event": "node_down", "node": node})
+        hit: set[str] = set()
+        for g in gpus:
+            run = self.holder.get(g)
+            if run is None:
+                continue
+            if g in self.lent:
+                self._free(run, [g])
+                self.backend.release(run, [g])
+            else:
+                hit.add(run.job)
+        for job, sync in list(self.syncs.items()):
+            if any(node_of(g) == node for g in sync.train_gpus + sync.rollout_gpus):
+                hit.add(job)
+        for job in sorted(hit):
+            self._restart(job, f"node {node} down")
+
+    def node_up(self, node: str) -> None:
+        gpus = self.topology.node(node).gpu_ids
+        self.down.difference_update(gpus)
+        self.events.append({"t": self.now, "event": "node_up", "node": node})
+        self.kick(gpus)
+
+    def _down_nodes(self) -> set[str]:
+        return {node_of(g) for g in self.down}
+
+    def _restart(self, job: str, reason: str) -> None:
+        """Drop the job's unfinished iteration(s) and queue it again from the last completed one."""
+        st = self.state[job]
+        k = st.done["sync"] + 1
+        touched: set[str] = set()
+        for key, run in list(self.runs.items()):
+            if key[0] != job or run.state in ("done", "aborted"):
+                continue
+            if run.held or run.permitted:
+                self.backend.abort(run)
+            for g in list(run.held):
+                run.held.discard(g)
+                if self.holder.get(g) is run:
+                    del self.holder[g]
+                self.lent.discard(g)
+                touched.add(g)
+            run.state = "aborted"
+            del self.runs[key]
+        sync = self.syncs.pop(job, None)
+        if sync is not None:
+            self.backend.abort(sync)
+        _, jp = self.job_plans[job]
+        for phase in ("train", "rollout"):  # pushed to the front: rollout ends up first
+            for i in range(st.done[phase], k - 1, -1):
+                for g in jp.phase(phase).gpus:
+                    q = self.queues[g]
+                    if q.head(self._allowed) != (job, phase, i):
+                        q.front.appendleft((job, phase, i))
+                    touched.add(g)
+        lost = st.done["rollout"] - k + 1
+        st.done["rollout"] = st.done["train"] = k - 1
+        for i in [i for i in st.rollout_starts if i >= k]:
+            del st.rollout_starts[i]
+        st.restarts += 1
+        self.events.append({"t": self.now, "event": "restart", "job": job, "iteration": k, "reason": reason,
+                            "rollouts_discarded": max(0, lost)})
+        self.kick(sorted(touched))
+
+    # ----- records ----------------------------------------------------------------------------
+    def _record(self, job: str, k: int, phase: str, group: str, m: Measured, planned_s: float) -> None:
+        row = {"job": job, "iteration": k, "phase": phase, "gpus": m.gpus, "gpu_type": m.gpu_type,
+               "start_s": m.start_s, "duration_s": max(m.end_s - m.start_s, 1e-9), "switch_s": m.switch_s,
+               "tokens": float("nan"), "group": group, "planned_s": planned_s, "width_s": max(m.width_s, 1e-9),
+               "end_s": m.end_s, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
+               "cluster": m.cluster}
+        self.records.append(row)
+        for hook in self.on_phase:
+            hook(row)
+
+    # ----- plans --------------------------------------------------------------------------------
+    def _install(self, plan: Plan, jobs: set[str], epoch: float, delays: dict[str, float]) -> None:
+        self.plan = plan
+        for group in plan.groups:
+            for jp in group.jobs:
+                if jp.name not in jobs:
+                    continue
+                spec = self.specs[jp.name]
+                st = self.state.get(jp.name)
+                if st is None:
+                    st = self.state[jp.name] = JobState(spec, self._iterations_of(spec))
+                first = st.done["sync"] + 1
+                st.limit = st.total
+                st.not_before = epoch + delays.get(jp.name, 0.0)
+                if st.not_before > self.now:
+                    self.backend.call_at(st.not_before, lambda j=jp.name: self._wake(j))
+                sched = JobSchedule.build(group, jp, epoch, first)
+                self.schedules[jp.name] = sched
+                self.job_plans[jp.name] = (group, jp)
+                for phase in ("rollout", "train"):
+                    slot = jp.phase(phase)
+                    for g in slot.gpus:
+                        q = self.queues.setdefault(g, GpuQueue())
+                        q.add(sched, phase, first)
+                        self.gpu_cluster.setdefault(g, self.topology.node(node_of(g)).cluster)
+        touched = [g for j in jobs if j in self.job_plans for s in self.job_plans[j][1].phases
+                   if s.phase != "sync" for g in s.gpus]
+        self.kick(sorted(set(touched)))
+
+    def _wake(self, job: str) -> None:
+        _, jp = self.job_plans[job]
+        self.kick(jp.phase("rollout").gpus)
+
+    def add_job(self, spec: JobSpec) -> None:
+        """Make a job known (trace arrivals) before a plan that places it is applied."""
+        if spec.name not in self.specs:
+            self.specs[spec.name] = spec
+            self.jobs = JobSet(jobs=[*self.jobs.jobs, spec])
+            self.model = PlanningModel(self.topology, self.jobs, self.plan.quantile)
+
+    def update_spec(self, spec: JobSpec) -> None:
+        """A refitted profile (drift): the controller's estimates use it from now on."""
+        self.specs[spec.name] = spec
+        self.jobs = JobSet(jobs=[spec if j.name == spec.name else j for j in self.jobs.jobs])
+        self.model = PlanningModel(self.topology, self.jobs, self.plan.quantile)
+        if spec.name in self.state:
+            self.state[spec.name].spec = spec
+
+    def apply_plan(self, plan: Plan, *, delays: dict[str, float] | None = None, reason: str = "replan") -> None:
+        """Switch to ``plan`` at the cycle boundary of each group it changes (see module doc)."""
+        if self.pending is not None:
+            self.queued_plans.append((plan, dict(delays or {}), reason))
+            return
+        delays = dict(delays or {})
+        old = self.job_plans
+        new = plan.jobs
+        changed = {j for j in set(old) | set(new) if _changed(old.get(j), new.get(j))}
+        running = {j for j in old if not self.state[j].finished}
+        # A job that only joins a group whose other timetables are untouched slots straight in.
+        hot: set[str] = set()
+        for j in changed - set(old):
+            group = new[j][0]
+            others = [x.name for x in group.jobs if x.name != j]
+            if all(o in old and not _changed(old[o], new[o]) and old[o][0].cycle_s == group.cycle_s
+                   for o in others):
+                hot.add(j)
+        closure = set(changed - hot)
+        while True:
+            groups_old = {old[j][0].name for j in closure if j in old}
+            groups_new = {new[j][0].name for j in closure if j in new}
+            more = {j for j, (g, _) in old.items() if g.name in groups_old} | \
+                   {j for j, (g, _) in new.items() if g.name in groups_new}
+            if more <= closure:
+                break
+            closure |= more
+        # Unchanged jobs keep their schedules but follow the new plan's group objects.
+        for j in set(new) - closure - hot:
+            if j in old:
+                self.job_plans[j] = new[j]
+        self.plan = plan
+        if hot:
+            for j in hot:
+                group = new[j][0]
+                anchor = next((self.schedules[x.name] for x in group.jobs if x.name in self.schedules), None)
+                epoch = self.now
+                if anchor is not None:
+                    windows = math.ceil((self.now - anchor.epoch_s) / group.cycle_s)
+                    epoch = anchor.epoch_s + max(0, windows) * group.cycle_s
+                self._install(plan, {j}, epoch, delays)
+            self.events.append({"t": self.now, "event": "admit", "jobs": sorted(hot), "reason": reason})
+        draining = {j for j in closure if j in old and j in running}
+        for j in draining:
+            st = self.state[j]
+            started = max([k for (jj, p, k), r in self.runs.items() if jj == j and p == "rollout" and r.permitted],
+                          default=st.done["rollout"])
+            st.limit = min(st.limit, max(started, st.done["rollout"]) + 1)
+        self.pending = PendingSwitch(plan, {j for j in closure if j in new}, draining,
+                                     {old[j][0].name for j in closure if j in old}, delays, reason)
+        if not closure:
+            self.pending = None
+            self._set_held(plan.groups)
+            self._next_queued()
+            return
+        self._check_pending()
+
+    def _check_pending(self) -> None:
+        p = self.pending
+        if p is None:
+            return
+        if any(self._busy(j) for j in p.draining):
+            return
+        self.pending = None
+        for j in p.draining:
+            sched = self.schedules.pop(j, None)
+            if sched is None:
+                continue
+            _, jp = self.job_plans.pop(j)
+            for slot in jp.phases:
+                if slot.phase != "sync":
+                    for g in slot.gpus:
+                        self.queues[g].drop_job(j)
+            for key in [k for k in self.runs if k[0] == j]:
+                run = self.runs.pop(key)
+                for g in list(run.held):
+                    run.held.discard(g)
+                    if self.holder.get(g) is run:
+                        del self.holder[g]
+                    self.lent.discard(g)
+        for j in p.jobs:
+            if j not in self.state and j not in self.specs:
+                continue
+        self._install(p.plan, p.jobs, self.now, p.delays)
+        self._set_held(p.plan.groups)
+        self.events.append({"t": self.now, "event": "switch", "jobs": sorted(p.jobs), "reason": p.reason,
+                            "usd_per_hour": p.plan.cost_usd_per_hour})
+        for hook in self.on_switch:
+            hook(p.plan)
+        self._next_queued()
+
+    def _next_queued(self) -> None:
+        if self.queued_plans and self.pending is None:
+            plan, delays, reason = self.queued_plans.pop(0)
+            self.apply_plan(plan, delays=delays, reason=reason)
+
+    def _busy(self, job: str) -> bool:
+        st = self.state[job]
+        if job in self.syncs:
+            return True
+        if any(k[0] == job and r.permitted for k, r in self.runs.items()):
+            return True
+        return st.done["rollout"] > st.done["sync"]
+
+    def _set_held(self, groups: Iterable[GroupPlan]) -> None:
+        held: dict[str, HeldGroup] = {}
+        for g in groups:
+            live = [j.name for j in g.jobs if j.name in self.state and not self.state[j.name].finished]
+            if live or not self.state:
+                held[g.name] = HeldGroup(g.name, tuple(g.nodes), self.topology.cost_usd_per_hour(g.nodes))
+        self.held = held
+        per_cluster: dict[str, int] = {}
+        nodes = {n for h in held.values() for n in h.nodes}
+        for n in nodes:
+            node = self.topology.node(n)
+            per_cluster[node.cluster] = per_cluster.get(node.cluster, 0) + node.gpus
+        self.held_timeline.append((self.now, self.topology.cost_usd_per_hour(nodes), per_cluster))
+
+    def release_finished(self) -> None:
+        """Stop paying for groups whose jobs have all finished (fixed-iteration runs)."""
+        self._set_held(self.plan.groups)
+
+    # ----- driving ----------------------------------------------------------------------------
+    def all_finished(self) -> bool:
+        return all(st.finished for st in self.state.values()) and self.pending is None
+
+
+def _changed(a: tuple[GroupPlan, JobPlan] | None, b: tuple[GroupPlan, JobPlan] | None) -> bool:
+    if a is None or b is None:
+        return True
+    (ga, ja), (gb, jb) = a, b
+    if abs(ga.cycle_s - gb.cycle_s) > 1e-9 or ga.nodes != gb.nodes:
+        return True
+    return [(s.phase, s.start_s, s.duration_s, tuple(s.gpus)) for s in ja.phases] != \
+        [(s.phase, s.start_s, s.duration_s, tuple(s.gpus)) for s in jb.phases]

@@ -1,0 +1,60 @@
+"""Run a plan on the ``sim`` backend for N iterations: the library call behind ``weave simulate``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from executor.config import ElasticRules
+from executor.controller import Controller
+from executor.sim import DriftFn, Fault, SimBackend, SimModel
+from planner.plan import Plan
+from profiles.jobs import JobSet
+from topology.topology import Topology
+
+Progress = Callable[[float, float], None]  # (done share 0..1, simulated time)
+
+
+@dataclass
+class SimResult:
+    controller: Controller
+    backend: SimBackend
+    wall_s: float
+    events: int
+    horizon_s: float
+    replans: list[dict] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def records(self) -> list[dict]:
+        return self.controller.records
+
+
+def simulate_plan(plan: Plan, topology: Topology, jobs: JobSet, *, iterations: int = 20, seed: int = 0,
+                  rules: ElasticRules | None = None, model: SimModel | None = None, drift: DriftFn | None = None,
+                  faults: Sequence[Fault] = (), progress: Progress | None = None,
+                  setup: Callable[[Controller, SimBackend], None] | None = None,
+                  max_events: int = 50_000_000) -> SimResult:
+    """Every placed job runs ``iterations`` iterations; returns the controller with its records."""
+    backend = SimBackend(topology, jobs, seed=seed, model=model, drift=drift, faults=faults, quantile=plan.quantile)
+    wall = time.perf_counter()
+    controller = Controller(backend, plan, topology, jobs, iterations=iterations, rules=rules)
+    if setup is not None:
+        setup(controller, backend)
+    total = max(1, sum(st.total for st in controller.state.values()))
+    steps = 0
+    while not controller.all_finished() and backend.step():
+        steps += 1
+        if progress is not None and steps % 2000 == 0:
+            done = sum(st.done["sync"] + 1 for st in controller.state.values())
+            progress(done / total, backend.now())
+        if steps >= max_events:
+            raise RuntimeError(f"simulation did not finish within {max_events} events")
+    if progress is not None:
+        progress(1.0, backend.now())
+    unfinished = [j for j, st in controller.state.items() if not st.finished]
+    if unfinished:
+        raise RuntimeError(f"simulation stalled at t={backend.now():.1f} s with unfinished jobs: "
+                           f"{', '.join(sorted(unfinished)[:5])}")
+    return SimResult(controller, backend, time.perf_counter() - wall, backend.events.processed, backend.now())

@@ -1,0 +1,376 @@
+"""The ``sim`` backend: a discrete-event model of the cluster under the controller.
+
+Model (all times in seconds):
+
+- Durations. When a phase is permitted, its duration ``D`` on its planned GPUs is drawn once from
+  the job's profile (``Duration.sample`` with the run's seeded ``numpy`` Generator), moved to the
+  planned GPU count and type by the profile's scaling rule (``PhaseSpec.duration_at``), and
+  multiplied by the injected drift factor, if any. Scalar profiles give deterministic runs.
+- Warm switch. A GPU that last held another (job, role) loads the job's per-GPU state from host
+  memory first: ``host_mem_gb / gpus_per_node`` over PCIe (``Topology.warm_switch_s``), as the
+  planner assumes. A GPU that already holds the state starts at once.
+- Train phases are gangs: compute starts when every GPU is loaded and the controller permits it,
+  and takes ``D``.
+- Rollouts (elastic runs) progress as a fluid. The *bulk* -- the first ``threshold`` share of the
+  responses -- is ``(1 - tail_share) * D`` of work, done at rate ``sum(speed) / planned GPUs``
+  (``speed`` 1 on the planned GPU type, the ``hbm_tbps`` ratio on another type), so a rollout on
+  half its GPUs runs at half speed and lent GPUs speed it up. The *tail* -- the long responses --
+  is ``tail_share * D`` of work and is latency-bound: it runs at rate 1 on its planned GPUs (or
+  more) and at ``1 / tail_slowdown`` on fewer (after long-tail migration), whatever the count.
+  Without migration or lending a rollout therefore takes exactly ``D``.
+- Weight sync follows the topology's two-stage model (``Topology.sync_time_s``). The part that
+  crosses an inter-cluster link (one model copy at the bottleneck bandwidth of the two node sets)
+  is a flow: concurrent syncs over the same link split its capacity evenly, recomputed whenever a
+  transfer starts or ends (each flow also stays under its own bottleneck). The rest (latency,
+  all-gather among receivers, NVLink broadcast) is a fixed delay after the crossing. Links inside a
+  cluster are not shared in this model.
+- Faults: ``node_down`` at ``t`` for ``d`` seconds; the GPUs of that node lose their loaded state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import networkx as nx
+import numpy as np
+
+from executor.backend import Callbacks, Measured, PhaseRun, SyncRun
+from executor.events import EventQueue, Timer
+from planner.model import PlanningModel
+from profiles.jobs import JobSet, JobSpec
+from topology.topology import Topology, node_of, switch_of
+
+DriftFn = Callable[[str, str, float], float]  # (job, phase, time) -> duration factor
+
+
+@dataclass(frozen=True)
+class SimModel:
+    tail_share: float = 0.3  # share of a rollout's time after the threshold share of responses is done
+    tail_slowdown: float = 1.05  # the tail on fewer GPUs than planned
+    link_sharing: bool = True
+
+
+@dataclass(frozen=True)
+class Fault:
+    node: str
+    at_s: float
+    for_s: float
+
+
+@dataclass(eq=False)
+class _Exec:
+    run: PhaseRun
+    ready: dict[str, float] = field(default_factory=dict)  # GPU -> time its warm switch ends
+    switch_s: float = 0.0
+    switch_gpu_s: float = 0.0
+    duration: float = 0.0  # D on the planned GPUs
+    stage: str = "wait"  # wait | bulk | tail | gang
+    work: float = 0.0
+    rate: float = 0.0
+    last: float = 0.0
+    started: float | None = None
+    gpus_at_start: int = 0
+    busy_gpu_s: float = 0.0
+    active: int = 0
+    timer: Timer | None = None
+    ready_timers: list[Timer] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Flow:
+    run: SyncRun
+    start: float
+    bits: float  # left to cross the shared link
+    cap_gbps: float  # own bottleneck
+    links: tuple[tuple[str, str], ...]
+    fixed_s: float
+    rate_gbps: float = 0.0
+    last: float = 0.0
+    timer: Timer | None = None
+
+
+class SimBackend:
+    """Discrete-event backend; ``drift`` scales sampled durations, ``faults`` take nodes down."""
+
+    def __init__(self, topology: Topology, jobs: JobSet, *, seed: int = 0, model: SimModel | None = None,
+                 drift: DriftFn | None = None, faults: Sequence[Fault] = (), quantile: float | str = 0.95):
+        self.topology = topology
+        self.specs: dict[str, JobSpec] = {j.name: j for j in jobs.jobs}
+        self.model = model or SimModel()
+        self.rng = np.random.default_rng(seed)
+        self.drift = drift
+        self.events = EventQueue()
+        self.planning = PlanningModel(topology, jobs, quantile)
+        self.resident: dict[str, tuple[str, str]] = {}  # GPU -> (job, role) loaded on it
+        self.execs: dict[PhaseRun, _Exec] = {}
+        self.flows: dict[SyncRun, _Flow] = {}
+        self.pending_fixed: dict[SyncRun, Timer] = {}
+        self.on_link: dict[tuple[str, str], set[_Flow]] = {}
+        self._factor_cache: dict[tuple, float] = {}
+        self._links_cache: dict[tuple, tuple] = {}
+        self.controller: Callbacks | None = None
+        self.faults = list(faults)
+
+    # ----- Backend protocol -------------------------------------------------------------------
+    def attach(self, controller: Callbacks) -> None:
+        self.controller = controller
+        for f in self.faults:
+            self.topology.node(f.node)
+            self.events.at(f.at_s, lambda n=f.node: self._down(n))
+            self.events.at(f.at_s + f.for_s, lambda n=f.node: self.controller.node_up(n))
+
+    def add_job(self, spec: JobSpec) -> None:
+        self.specs[spec.name] = spec
+
+    def now(self) -> float:
+        return self.events.now
+
+    def call_at(self, time: float, fn: Callable[[], None]) -> None:
+        self.events.at(time, fn)
+
+    def step(self) -> bool:
+        return self.events.step()
+
+    def warm(self, run: PhaseRun, gpus: Sequence[str]) -> None:
+        ex = self.execs.get(run)
+        if ex is None:
+            ex = self.execs[run] = _Exec(run, last=self.now())
+        now = self.now()
+        spec = self.specs[run.job]
+        role = (run.job, run.phase)
+        worst = 0.0
+        for g in gpus:
+            switch = 0.0
+            if self.resident.get(g) != role:
+                switch = self._switch_s(spec, run.phase, node_of(g))
+                self.resident[g] = role
+            worst = max(worst, switch)
+            ex.switch_gpu_s += switch
+            ex.ready[g] = now + switch
+            if switch > 0 and ex.stage in ("bulk", "tail"):
+                ex.ready_timers.append(self.events.at(now + switch, lambda e=ex: self._reflow(e)))
+        if ex.stage == "wait":
+            ex.switch_s = max(ex.switch_s, worst)
+        self._reflow(ex)
+
+    def permit(self, run: PhaseRun) -> None:
+        ex = self.execs[run]
+        spec = self.specs[run.job]
+        phase = spec.phase(run.phase)
+        d = phase.duration_s.sample(self.rng) * self._factor(spec, run.phase, len(run.gpus), run.gpu_type)
+        if self.drift is not None:
+            d *= self.drift(run.job, run.phase, self.now())
+        ex.duration = d
+        if run.elastic:
+            ex.stage = "bulk"
+            ex.work = d * (1.0 - self.model.tail_share)
+            for g, t in ex.ready.items():
+                if t > self.now():
+                    ex.ready_timers.append(self.events.at(t, lambda e=ex: self._reflow(e)))
+            self._reflow(ex)
+        else:
+            ex.stage = "gang"
+            start = max([self.now(), *ex.ready.values()])
+            ex.started = start
+            ex.gpus_at_start = len(ex.ready)
+            run.started_s = start
+            ex.busy_gpu_s = len(ex.ready) * d
+            ex.timer = self.events.at(start + d, lambda e=ex: self._finish(e))
+
+    def release(self, run: PhaseRun, gpus: Sequence[str], *, tail: bool = False) -> None:
+        ex = self.execs.get(run)
+        if ex is None:
+            return
+        self._progress(ex)
+        for g in gpus:
+            ex.ready.pop(g, None)
+        self._reflow(ex)
+
+    def abort(self, run: PhaseRun | SyncRun) -> None:
+        if isinstance(run, SyncRun):
+            flow = self.flows.pop(run, None)
+            if flow is not None:
+                if flow.timer:
+                    flow.timer.cancel()
+                self._unlink(flow)
+            fixed = self.pending_fixed.pop(run, None)
+            if fixed is not None:
+                fixed.cancel()
+            return
+        ex = self.execs.pop(run, None)
+        if ex is None:
+            return
+        for t in [ex.timer, *ex.ready_timers]:
+            if t is not None:
+                t.cancel()
+
+    def start_sync(self, run: SyncRun) -> None:
+        spec = self.specs[run.job]
+        total = self.planning.sync_s(spec, list(run.train_gpus), list(run.rollout_gpus))
+        src = sorted({node_of(g) for g in run.train_gpus})
+        remote = sorted({node_of(g) for g in run.rollout_gpus} - set(src))
+        links = self._links(src, remote) if remote else ()
+        bits = spec.weight_bytes * 8
+        if not links or not self.model.link_sharing or total <= 0:
+            self.pending_fixed[run] = self.events.after(total, lambda r=run, s=self.now(): self._sync_end(r, s))
+            return
+        gbps = self.topology.bottleneck_gbps(src, remote)
+        cross = bits / (gbps * 1e9)
+        flow = _Flow(run, self.now(), bits, gbps, links, max(0.0, total - cross), last=self.now())
+        self.flows[run] = flow
+        for link in links:
+            self._advance_link(link)
+            self.on_link.setdefault(link, set()).add(flow)
+        self._reshare(links)
+
+    # ----- faults -----------------------------------------------------------------------------
+    def _down(self, node: str) -> None:
+        for g in self.topology.node(node).gpu_ids:
+            self.resident.pop(g, None)
+        self.controller.node_down(node)
+
+    # ----- phases -----------------------------------------------------------------------------
+    def _switch_s(self, spec: JobSpec, kind: str, node: str) -> float:
+        return self.planning.switch_s(spec, kind, node)
+
+    def _factor(self, spec: JobSpec, kind: str, gpus: int, gpu_type: str) -> float:
+        key = (spec.name, kind, gpus, gpu_type, id(spec))
+        f = self._factor_cache.get(key)
+        if f is None:
+            phase = spec.phase(kind)
+            ref = phase.duration_s.quantile(0.5)
+            f = phase.duration_at(0.5, gpus, gpu_type, self.topology.gpu_types) / ref
+            self._factor_cache[key] = f
+        return f
+
+    def _speed(self, ex: _Exec, gpu: str) -> float:
+        t = self.topology.gpu_type_of(gpu)
+        if t == ex.run.gpu_type:
+            return 1.0
+        cat = self.topology.gpu_types
+        return cat[t].hbm_tbps / cat[ex.run.gpu_type].hbm_tbps
+
+    def _progress(self, ex: _Exec) -> None:
+        now = self.now()
+        if ex.stage in ("bulk", "tail"):
+            dt = now - ex.last
+            ex.work -= ex.rate * dt
+            ex.busy_gpu_s += ex.active * dt
+        ex.last = now
+
+    def _reflow(self, ex: _Exec) -> None:
+        """Recompute an elastic rollout's rate after its GPUs or stage changed; reschedule its end."""
+        if ex.stage not in ("bulk", "tail") or self.execs.get(ex.run) is not ex:
+            return
+        self._progress(ex)
+        now = self.now()
+        active = [g for g, t in ex.ready.items() if t <= now + 1e-12]
+        ex.active = len(active)
+        planned = len(ex.run.gpus)
+        if ex.stage == "bulk":
+            ex.rate = sum(self._speed(ex, g) for g in active) / planned
+        else:
+            ex.rate = 0.0 if not active else (1.0 if len(active) >= planned else 1.0 / self.model.tail_slowdown)
+        if ex.rate > 0 and ex.started is None:
+            ex.started = now
+            ex.gpus_at_start = len(active)
+            ex.run.started_s = now
+        if ex.timer is not None:
+            ex.timer.cancel()
+            ex.timer = None
+        if ex.rate > 0:
+            ex.timer = self.events.at(now + max(ex.work, 0.0) / ex.rate, lambda e=ex: self._stage_end(e))
+
+    def _stage_end(self, ex: _Exec) -> None:
+        self._progress(ex)
+        ex.timer = None
+        if ex.stage == "bulk":
+            ex.stage = "tail"
+            ex.work = ex.duration * self.model.tail_share
+            self._reflow(ex)
+            if ex.run.watch_threshold is not None:
+                self.controller.threshold_reached(ex.run)
+            return
+        self._finish(ex)
+
+    def _finish(self, ex: _Exec) -> None:
+        if self.execs.get(ex.run) is not ex:
+            return
+        del self.execs[ex.run]
+        for t in ex.ready_timers:
+            t.cancel()
+        run = ex.run
+        now = self.now()
+        start = ex.started if ex.started is not None else now
+        m = Measured(start_s=start, end_s=now, switch_s=ex.switch_s, width_s=ex.duration,
+                     gpus=ex.gpus_at_start or len(run.gpus), gpu_type=run.gpu_type, busy_gpu_s=ex.busy_gpu_s,
+                     switch_gpu_s=ex.switch_gpu_s, cluster=self.topology.node(node_of(run.gpus[0])).cluster)
+        self.controller.phase_done(run, m)
+
+    # ----- weight sync ------------------------------------------------------------------------
+    def _links(self, src: list[str], dst: list[str]) -> tuple[tuple[str, str], ...]:
+        """Inter-cluster links on the switch-level path from the sources' to the receivers' clusters."""
+        sc = tuple(sorted({self.topology.node(n).cluster for n in src}))
+        dc = tuple(sorted({self.topology.node(n).cluster for n in dst}))
+        key = (sc, dc)
+        if key not in self._links_cache:
+            links: set[tuple[str, str]] = set()
+            switches = self.topology.graph.subgraph([switch_of(c) for c in self.topology.clusters])
+            for a in sc:
+                for b in dc:
+                    if a == b:
+                        continue
+                    try:
+                        path = nx.shortest_path(switches, switch_of(a), switch_of(b))
+                    except nx.NetworkXNoPath:
+                        continue
+                    links.update(tuple(sorted(e)) for e in zip(path, path[1:]))
+            self._links_cache[key] = tuple(sorted(links))
+        return self._links_cache[key]
+
+    def _advance_link(self, link: tuple[str, str]) -> None:
+        now = self.now()
+        for f in self.on_link.get(link, ()):
+            f.bits -= f.rate_gbps * 1e9 * (now - f.last)
+            f.last = now
+
+    def _reshare(self, links: Sequence[tuple[str, str]]) -> None:
+        """Fair share of each link among its flows; every flow also respects its own bottleneck."""
+        flows: set[_Flow] = set()
+        for link in links:
+            flows |= self.on_link.get(link, set())
+        now = self.now()
+        for f in flows:
+            for link in f.links:  # bring every flow up to date before its rate changes
+                for g in self.on_link.get(link, ()):
+                    g.bits -= g.rate_gbps * 1e9 * (now - g.last)
+                    g.last = now
+        for f in flows:
+            share = min(self.topology.graph.edges[link]["capacity"] / len(self.on_link[link]) for link in f.links)
+            f.rate_gbps = min(f.cap_gbps, share)
+            if f.timer is not None:
+                f.timer.cancel()
+            f.timer = self.events.at(now + max(f.bits, 0.0) / (f.rate_gbps * 1e9), lambda fl=f: self._cross_end(fl))
+
+    def _unlink(self, flow: _Flow) -> None:
+        for link in flow.links:
+            self._advance_link(link)
+            self.on_link.get(link, set()).discard(flow)
+        self._reshare(flow.links)
+
+    def _cross_end(self, flow: _Flow) -> None:
+        if self.flows.get(flow.run) is not flow:
+            return
+        del self.flows[flow.run]
+        flow.timer = None
+        self._unlink(flow)
+        self.pending_fixed[flow.run] = self.events.after(flow.fixed_s, lambda: self._sync_end(flow.run, flow.start))
+
+    def _sync_end(self, run: SyncRun, start: float) -> None:
+        self.pending_fixed.pop(run, None)
+        now = self.now()
+        m = Measured(start_s=start, end_s=now, switch_s=0.0, width_s=now - start, gpus=len(run.rollout_gpus),
+                     gpu_type=self.topology.gpu_type_of(run.rollout_gpus[0]),
+                     cluster=self.topology.node(node_of(run.rollout_gpus[0])).cluster)
+        self.controller.sync_done(run, m)
