@@ -175,7 +175,7 @@ class Controller:
             run = self._run(key) if key is not None else None
             if run is not None:
                 self._advance(run)
-            if gpu not in self.holder and self.rules.lend and gpu not in self.down:
+            if self.rules.lend:
                 self._lend(gpu)
 
     def _advance(self, run: PhaseRun) -> None:
@@ -185,7 +185,7 @@ class Controller:
         if run.elastic:
             if free and run.state != "tail":
                 self._take(run, free)
-        elif not run.held and len(free) == len(run.gpus):
+        elif free and len(free) + len(run.held) == len(run.gpus):
             self._take(run, free)
         if run.held and not run.permitted and self._deps_ready(run) and (run.elastic or len(run.held) == len(run.gpus)):
             run.permitted = True
@@ -236,20 +236,27 @@ class Controller:
             wait += max(0.0, planned - (self.now - started)) if started is not None else planned
         return max(wait, st.not_before - self.now)
 
+    def _lendable(self, gpu: str) -> bool:
+        """Free, or warmed for its next phase that still waits for its inputs."""
+        if gpu in self.down or gpu in self.lent:
+            return False
+        run = self.holder.get(gpu)
+        return run is None or (not run.permitted and self._head(gpu) == run.key)
+
     def _lend(self, gpu: str) -> None:
         """An idle GPU joins a running rollout of its group when it would idle long enough."""
-        if gpu in self.holder or gpu in self.down:
+        if not self._lendable(gpu):
             return
         wait = self._idle_for(gpu)
         key = self._head(gpu)
         own = self._run(key) if key is not None else None
-        if own is not None and own.held and not own.elastic:
-            return  # part of a gang that is being assembled
-        group = self.job_plans[own.job][0].name if own is not None else self._group_of_gpu(gpu)
+        node = node_of(gpu)
         best = None
         for run in self.runs.values():
-            if run.group != group or run.phase != "rollout" or run.state != "running" or gpu in run.held:
+            if run.phase != "rollout" or run.state != "running" or gpu in run.held:
                 continue
+            if run.job not in self.job_plans or node not in self.job_plans[run.job][0].nodes:
+                continue  # lend only inside the group: its nodes pin the borrower's state
             spec = self.specs[run.job]
             if self.topology.gpu_type_of(gpu) not in spec.rollout.gpu_types:
                 continue
@@ -263,6 +270,10 @@ class Controller:
                 best = (remaining, run)
         if best is not None:
             run = best[1]
+            if own is not None and gpu in own.held:  # un-warm it; it is taken back when own is ready
+                own.held.discard(gpu)
+                del self.holder[gpu]
+                self.backend.release(own, [gpu])
             self.holder[gpu] = run
             self.lent.add(gpu)
             run.held.add(gpu)
@@ -270,24 +281,11 @@ class Controller:
 
     def _offer_idle(self, run: PhaseRun) -> None:
         """A rollout just started: idle GPUs of its group may join it."""
-        for gpu in self._group_gpus(run.group):
-            if gpu not in self.holder and gpu not in self.down:
+        if run.job not in self.job_plans:
+            return
+        for node in self.job_plans[run.job][0].nodes:
+            for gpu in self.topology.node(node).gpu_ids:
                 self._lend(gpu)
-
-    def _group_gpus(self, group: str) -> list[str]:
-        out: list[str] = []
-        for g in self.plan.groups:
-            if g.name == group:
-                for n in g.nodes:
-                    out.extend(self.topology.node(n).gpu_ids)
-        return out
-
-    def _group_of_gpu(self, gpu: str) -> str | None:
-        node = node_of(gpu)
-        for g in self.plan.groups:
-            if node in g.nodes:
-                return g.name
-        return None
 
     # ----- backend callbacks ------------------------------------------------------------------
     def threshold_reached(self, run: PhaseRun) -> None:
@@ -336,7 +334,7 @@ class Controller:
                 self.queues[g].pop(run.key)
         self.runs.pop(run.key, None)
         st.done[run.phase] = run.iteration
-        self._record(run.job, run.iteration, run.phase, run.group, m, run.planned_s)
+        self._record(run.job, run.iteration, run.phase, run.group, m, run.planned_s, len(run.gpus))
         if run.phase == "train":
             self._start_sync(run)
         else:
@@ -361,7 +359,7 @@ class Controller:
         st = self.state[run.job]
         st.done["sync"] = run.iteration
         st.iteration_ends[run.iteration] = self.now
-        self._record(run.job, run.iteration, "sync", run.group, m, run.planned_s)
+        self._record(run.job, run.iteration, "sync", run.group, m, run.planned_s, len(run.rollout_gpus))
         for hook in self.on_iteration:
             hook(run.job, run.iteration, self.now)
         if st.finished:
@@ -446,15 +444,23 @@ class Controller:
         self.kick(sorted(touched))
 
     # ----- records ----------------------------------------------------------------------------
-    def _record(self, job: str, k: int, phase: str, group: str, m: Measured, planned_s: float) -> None:
-        row = {"job": job, "iteration": k, "phase": phase, "gpus": m.gpus, "gpu_type": m.gpu_type,
+    def _record(self, job: str, k: int, phase: str, group: str, m: Measured, planned_s: float, gpus: int) -> None:
+        # ``gpus`` is the planned count and ``width_s`` the duration on it, so that a refit from these
+        # records is not skewed by elastic runs; ``duration_s`` is the wall time it took.
+        row = {"job": job, "iteration": k, "phase": phase, "gpus": gpus, "gpu_type": m.gpu_type,
                "start_s": m.start_s, "duration_s": max(m.end_s - m.start_s, 1e-9), "switch_s": m.switch_s,
                "tokens": float("nan"), "group": group, "planned_s": planned_s, "width_s": max(m.width_s, 1e-9),
-               "end_s": m.end_s, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
-               "cluster": m.cluster}
+               "end_s": m.end_s, "gpus_at_start": m.gpus, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
+               "cluster": m.cluster, "nodes": self._nodes_of(job, phase)}
         self.records.append(row)
         for hook in self.on_phase:
             hook(row)
+
+    def _nodes_of(self, job: str, phase: str) -> str:
+        entry = self.job_plans.get(job)
+        if entry is None:
+            return ""
+        return ",".join(sorted({node_of(g) for g in entry[1].phase(phase).gpus}))
 
     # ----- plans --------------------------------------------------------------------------------
     def _install(self, plan: Plan, jobs: set[str], epoch: float, delays: dict[str, float]) -> None:
@@ -512,7 +518,8 @@ class Controller:
         delays = dict(delays or {})
         old = self.job_plans
         new = plan.jobs
-        changed = {j for j in set(old) | set(new) if _changed(old.get(j), new.get(j))}
+        changed = {j for j in set(old) | set(new) if _changed(old.get(j), new.get(j))
+                   and not (j not in new and self.state[j].finished)}  # a finished job just leaves
         running = {j for j in old if not self.state[j].finished}
         # A job that only joins a group whose other timetables are untouched slots straight in.
         hot: set[str] = set()
@@ -635,7 +642,7 @@ def _changed(a: tuple[GroupPlan, JobPlan] | None, b: tuple[GroupPlan, JobPlan] |
     if a is None or b is None:
         return True
     (ga, ja), (gb, jb) = a, b
-    if abs(ga.cycle_s - gb.cycle_s) > 1e-9 or ga.nodes != gb.nodes:
+    if abs(ga.cycle_s - gb.cycle_s) > 1e-9:
         return True
     return [(s.phase, s.start_s, s.duration_s, tuple(s.gpus)) for s in ja.phases] != \
         [(s.phase, s.start_s, s.duration_s, tuple(s.gpus)) for s in jb.phases]

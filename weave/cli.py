@@ -320,5 +320,6 @@ def run() -> None:
     sys.exit(main())
 
 
+__import__("weave.cli_simulate").cli_simulate.register(app)  # weave simulate (executor, sim backend)
 if __name__ == "__main__":
     run()

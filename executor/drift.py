@@ -1,0 +1,224 @@
+"""Drift: injecting it into a simulation, detecting it, and replanning when it persists.
+
+Injection (``--drift SPEC``, comma-separated items):
+
+- ``JOB:PHASE:FACTOR@TIME`` -- from TIME seconds on, PHASE (``rollout``, ``train`` or ``*``) of JOB
+  (a name or ``*``) takes FACTOR times its profiled duration; a later matching item replaces an
+  earlier one. Example: ``A:rollout:1.5@3600,*:train:0.8@7200``.
+- ``increasing:M``, ``decreasing:M``, ``mixed:M`` -- the paper's templates (Weave 6.6): every job's
+  rollout drifts linearly over its life (from its arrival for ``iterations x solo iteration``
+  seconds) from 1x to ``1 + M`` times (increasing) or to ``1 / (1 + M)`` times (decreasing); mixed
+  alternates the two by job order. The paper's magnitudes are M = 0.5, 1.0, 1.5.
+
+Detection (``DriftDetector``): per job and phase an EWMA (weight ``alpha`` on the newest value) of
+measured / expected duration, where *measured* is the phase's duration on its planned GPUs (the
+``width_s`` of its record) and *expected* is the mean of the job's current profile on those GPUs.
+(The plan's own durations are a high quantile, so comparing with them would flag every noisy job
+as faster than planned.) When ``|EWMA - 1| > threshold`` for ``k`` consecutive iterations of that
+phase, the job is reported once and its EWMA restarts.
+
+Replanning (``DriftReplanner``): refit the job's profile from its last ``window`` iterations of
+records (``profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
+controller switches to the new plan at the cycle boundary of the groups it changes, charging moved
+jobs ``migration_cost_s``. Every replan is logged: time, job, reason, $/h before and after, moved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import pandas as pd
+
+from executor.controller import Controller
+from profiles.fit import fit_jobs
+from profiles.jobs import JobSet
+from weave.errors import InputError
+
+TEMPLATES = ("increasing", "decreasing", "mixed")
+SYNTAX = "JOB:PHASE:FACTOR@TIME or increasing:M / decreasing:M / mixed:M, comma-separated"
+
+
+@dataclass(frozen=True)
+class StepDrift:
+    job: str
+    phase: str
+    factor: float
+    at_s: float
+
+
+@dataclass(frozen=True)
+class RampDrift:
+    job: str
+    magnitude: float
+    increasing: bool
+    start_s: float
+    length_s: float
+
+    def factor(self, t: float) -> float:
+        x = min(1.0, max(0.0, (t - self.start_s) / self.length_s)) if self.length_s > 0 else 1.0
+        return 1.0 + self.magnitude * x if self.increasing else 1.0 / (1.0 + self.magnitude * x)
+
+
+@dataclass(frozen=True)
+class DriftSpec:
+    steps: tuple[StepDrift, ...] = ()
+    template: tuple[str, float] | None = None
+
+    def injector(self, jobs: JobSet, lifetime_s: Callable[[str], float]) -> Callable[[str, str, float], float]:
+        """``(job, phase, t) -> factor`` for the sim backend."""
+        ramps: dict[str, RampDrift] = {}
+        if self.template is not None:
+            kind, m = self.template
+            for i, job in enumerate(jobs.jobs):
+                up = kind == "increasing" or (kind == "mixed" and i % 2 == 0)
+                ramps[job.name] = RampDrift(job.name, m, up, job.arrival_s, lifetime_s(job.name))
+        steps = sorted(self.steps, key=lambda s: s.at_s)
+
+        def factor(job: str, phase: str, t: float) -> float:
+            f = 1.0
+            for s in steps:
+                if s.at_s <= t and s.job in ("*", job) and s.phase in ("*", phase):
+                    f = s.factor
+            ramp = ramps.get(job)
+            if ramp is not None and phase == "rollout":
+                f *= ramp.factor(t)
+            return f
+
+        return factor
+
+
+def parse_drift(text: str | None, jobs: JobSet | None = None, source: str = "--drift") -> DriftSpec:
+    if not text:
+        return DriftSpec()
+    steps: list[StepDrift] = []
+    template = None
+    for item in (p.strip() for p in text.split(",")):
+        head, _, value = item.partition(":")
+        if head in TEMPLATES:
+            try:
+                m = float(value)
+            except ValueError:
+                raise InputError("<command line>", source, f"bad drift template {item!r}: expected {head}:M") from None
+            if m <= 0:
+                raise InputError("<command line>", source, f"bad drift template {item!r}: M must be > 0")
+            template = (head, m)
+            continue
+        parts = item.split(":")
+        if len(parts) != 3 or "@" not in parts[2]:
+            raise InputError("<command line>", source, f"bad drift {item!r}: expected {SYNTAX}")
+        job, phase, rest = parts
+        f_text, _, t_text = rest.partition("@")
+        try:
+            f, t = float(f_text), float(t_text)
+        except ValueError:
+            raise InputError("<command line>", source, f"bad drift {item!r}: expected {SYNTAX}") from None
+        if phase not in ("rollout", "train", "*"):
+            raise InputError("<command line>", source, f"bad drift {item!r}: phase must be rollout, train or *")
+        if f <= 0 or t < 0:
+            raise InputError("<command line>", source, f"bad drift {item!r}: FACTOR must be > 0 and TIME >= 0")
+        if jobs is not None and job != "*" and job not in jobs.names:
+            raise InputError("<command line>", source, f"unknown job {job!r} in drift {item!r}")
+        steps.append(StepDrift(job, phase, f, t))
+    return DriftSpec(tuple(steps), template)
+
+
+# ----- detection ------------------------------------------------------------------------------
+@dataclass
+class _Track:
+    ewma: float | None = None
+    over: int = 0
+
+
+@dataclass
+class DriftDetector:
+    expected: Callable[[str, str, int, str], float]  # (job, phase, gpus, gpu_type) -> profile mean there
+    threshold: float = 0.15
+    k: int = 3
+    alpha: float = 0.5
+    tracks: dict[tuple[str, str], _Track] = field(default_factory=dict)
+
+    def observe(self, row: dict) -> tuple[str, str, float] | None:
+        """Feed one record; returns (job, phase, EWMA) when the phase has drifted."""
+        if row["phase"] not in ("rollout", "train"):
+            return None
+        ratio = row["width_s"] / self.expected(row["job"], row["phase"], int(row["gpus"]), row["gpu_type"])
+        tr = self.tracks.setdefault((row["job"], row["phase"]), _Track())
+        tr.ewma = ratio if tr.ewma is None else self.alpha * ratio + (1 - self.alpha) * tr.ewma
+        tr.over = tr.over + 1 if abs(tr.ewma - 1) > self.threshold else 0
+        if tr.over >= self.k:
+            value = tr.ewma
+            self.tracks[(row["job"], row["phase"])] = _Track()
+            return row["job"], row["phase"], value
+        return None
+
+    def reset(self, job: str) -> None:
+        for key in [k for k in self.tracks if k[0] == job]:
+            del self.tracks[key]
+
+
+class ReplanPlanner(Protocol):
+    """The part of ``planner.online.OnlinePlanner`` that drift replanning calls."""
+
+    def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
+               threads: int = 2) -> Any: ...
+
+
+class DriftReplanner:
+    """Wires a detector into a controller; replans through ``planner`` (or only logs when it is None)."""
+
+    def __init__(self, controller: Controller, planner: ReplanPlanner | None, *, threshold: float = 0.15,
+                 k: int = 3, alpha: float = 0.5, window: int = 10, migration_cost_s: float = 60.0,
+                 time_limit_s: float = 10.0, threads: int = 2):
+        self.controller = controller
+        self.planner = planner
+        self.window = window
+        self.migration_cost_s = migration_cost_s
+        self.time_limit_s = time_limit_s
+        self.threads = threads
+        self.detector = DriftDetector(self._expected, threshold, k, alpha)
+        self.log: list[dict] = []
+        self.detections: list[dict] = []
+        self._busy = False
+        controller.on_phase.append(self._on_phase)
+
+    def _expected(self, job: str, phase: str, gpus: int, gpu_type: str) -> float:
+        spec = self.controller.specs[job].phase(phase)
+        mean = spec.duration_s.mean()
+        return mean * spec.duration_at(0.5, gpus, gpu_type, self.controller.topology.gpu_types) \
+            / spec.duration_s.quantile(0.5)
+
+    def _on_phase(self, row: dict) -> None:
+        hit = self.detector.observe(row)
+        if hit is None:
+            return
+        job, phase, ewma = hit
+        self.detections.append({"t": self.controller.now, "job": job, "phase": phase, "ewma": ewma})
+        if self.planner is not None and not self._busy:
+            # Replan after the current event: the controller is in the middle of a callback.
+            self._busy = True
+            self.controller.backend.call_at(self.controller.now, lambda: self._replan(job, phase, ewma))
+
+    def _replan(self, job: str, phase: str, ewma: float) -> None:
+        self._busy = False
+        c = self.controller
+        if c.state[job].finished:
+            return
+        rows = [r for r in c.records if r["job"] == job and r["phase"] in ("rollout", "train")]
+        last = max(r["iteration"] for r in rows)
+        rows = [dict(r, duration_s=r["width_s"]) for r in rows if r["iteration"] > last - self.window]
+        fitted = fit_jobs(pd.DataFrame(rows), JobSet(jobs=[c.specs[job]]), records_file="<simulation>",
+                          gpu_types=c.topology.gpu_types)[job]
+        c.update_spec(fitted)
+        self.detector.reset(job)
+        live = JobSet(jobs=[c.specs[j] for j, st in c.state.items() if not st.finished and j in c.job_plans])
+        before = c.plan.cost_usd_per_hour
+        result = self.planner.replan(live, migration_cost_s=self.migration_cost_s, time_limit_s=self.time_limit_s,
+                                     threads=self.threads)
+        moved = list(getattr(result, "moved", []))
+        reason = f"{job} {phase} at {ewma:.2f}x of its profile for {self.detector.k} iterations"
+        self.log.append({"t": c.now, "job": job, "reason": reason,
+                         "usd_per_hour_before": getattr(result, "cost_before", before),
+                         "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour),
+                         "moved": moved})
+        c.apply_plan(result.plan, delays={m: self.migration_cost_s for m in moved}, reason=f"drift: {reason}")

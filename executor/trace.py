@@ -1,0 +1,242 @@
+"""Trace mode: jobs arrive at ``arrival_s``, run their ``iterations`` and leave.
+
+Arrivals go through the planner's ``admit`` and departures through ``release``; a job that cannot
+be admitted waits and is offered again after every departure. Optionally, every ``reopt_every_s``
+seconds the planner's ``replan`` re-optimizes all live jobs, and each job it moves pays
+``migration_cost_s`` before its next iteration. The planner is anything with the interface of
+``planner.online.OnlinePlanner`` (``admit``, ``release``, ``replan``, ``plan``); ``BaselinePlanner``
+gives the same interface to the solo, colocate and weave policies by re-planning the live jobs with
+``planner.api.make_plan`` and keeping every unchanged group on its nodes (``stabilize``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from executor.config import ElasticRules
+from executor.controller import Controller
+from executor.run import Progress, SimResult
+from executor.sim import DriftFn, Fault, SimBackend, SimModel
+from planner.api import make_plan
+from planner.plan import GroupPlan, Plan, SolverInfo
+from profiles.jobs import JobSet, JobSpec
+from topology.topology import Topology, node_of
+
+
+class OnlineLike(Protocol):
+    plan: Plan
+
+    def admit(self, job: JobSpec) -> Any: ...
+    def release(self, name: str) -> Plan: ...
+    def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
+               threads: int = 2) -> Any: ...
+
+
+def empty_plan(topology: Topology, policy: str, quantile: float | str, elastic: dict | None = None) -> Plan:
+    from planner.plan import DEFAULT_ELASTIC
+
+    return Plan(policy=policy, quantile=quantile, topology=topology.name, cost_usd_per_hour=0.0,
+                solver=SolverInfo(name="none", status="EMPTY"),
+                elastic=dict(DEFAULT_ELASTIC) if elastic is None else elastic)
+
+
+@dataclass
+class TraceLog:
+    admitted: list[dict] = field(default_factory=list)
+    waits: dict[str, float] = field(default_factory=dict)
+    never_admitted: list[str] = field(default_factory=list)
+    reopts: list[dict] = field(default_factory=list)
+
+
+def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: int = 0,
+              rules: ElasticRules | None = None, model: SimModel | None = None, drift: DriftFn | None = None,
+              faults: Sequence[Fault] = (), reopt_every_s: float | None = None, migration_cost_s: float = 60.0,
+              reopt_time_limit_s: float = 10.0, threads: int = 2, progress: Progress | None = None,
+              setup: Callable[[Controller, SimBackend], None] | None = None) -> SimResult:
+    start_plan = planner.plan
+    backend = SimBackend(topology, jobs, seed=seed, model=model, drift=drift, faults=faults,
+                         quantile=start_plan.quantile)
+    wall = time.perf_counter()
+    controller = Controller(backend, start_plan, topology, JobSet(), rules=rules)
+    log = TraceLog()
+    waiting: list[str] = []
+    arrived: dict[str, float] = {}
+    specs = {j.name: j for j in jobs.jobs}
+
+    def offer(name: str) -> bool:
+        adm = planner.admit(specs[name])
+        if not adm.placed:
+            return False
+        log.admitted.append({"t": backend.now(), "job": name, "group": adm.group})
+        log.waits[name] = backend.now() - arrived[name]
+        controller.apply_plan(adm.plan, reason=f"admit {name}")
+        return True
+
+    def arrive(spec: JobSpec) -> None:
+        arrived[spec.name] = backend.now()
+        controller.add_job(spec)
+        if not offer(spec.name):
+            waiting.append(spec.name)
+
+    def leave(name: str, _t: float) -> None:
+        controller.apply_plan(planner.release(name), reason=f"release {name}")
+        for other in list(waiting):
+            if offer(other):
+                waiting.remove(other)
+
+    def reopt() -> None:
+        live = JobSet(jobs=[controller.specs[j] for j, st in controller.state.items()
+                            if not st.finished and j in controller.job_plans])
+        if len(live):
+            result = planner.replan(live, migration_cost_s=migration_cost_s, time_limit_s=reopt_time_limit_s,
+                                    threads=threads)
+            moved = list(getattr(result, "moved", []))
+            log.reopts.append({"t": backend.now(), "moved": moved,
+                               "usd_per_hour_before": getattr(result, "cost_before", None),
+                               "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour)})
+            controller.apply_plan(result.plan, delays={m: migration_cost_s for m in moved}, reason="re-optimize")
+        if pending_arrivals() or not done():
+            backend.call_at(backend.now() + reopt_every_s, reopt)
+
+    controller.on_job_finished.append(leave)
+    for spec in jobs.jobs:
+        backend.call_at(spec.arrival_s, lambda s=spec: arrive(s))
+    if reopt_every_s:
+        backend.call_at(reopt_every_s, reopt)
+    if setup is not None:
+        setup(controller, backend)
+
+    def pending_arrivals() -> bool:
+        return len(arrived) < len(jobs)
+
+    def done() -> bool:
+        return not pending_arrivals() and not waiting and controller.all_finished()
+
+    total = sum(j.iterations or 1 for j in jobs.jobs)
+    steps = 0
+    while backend.step():
+        steps += 1
+        if progress is not None and steps % 5000 == 0:
+            progress(sum(st.done["sync"] + 1 for st in controller.state.values()) / max(1, total), backend.now())
+        if done():
+            break
+    if progress is not None:
+        progress(1.0, backend.now())
+    log.never_admitted = list(waiting)
+    result = SimResult(controller, backend, time.perf_counter() - wall, backend.events.processed, backend.now())
+    result.extra["trace"] = log
+    return result
+
+
+# ----- baselines --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Admission:
+    placed: bool
+    group: str | None
+    reason: str | None
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class Replan:
+    plan: Plan
+    moved: list[str]
+    cost_before: float
+    cost_after: float
+
+
+class BaselinePlanner:
+    """The online interface for a baseline policy: re-plan the live jobs, keep unchanged groups in place."""
+
+    def __init__(self, topology: Topology, policy: str, *, quantile: float | str = 0.95, max_group_size: int = 5,
+                 time_limit_s: float = 10.0, threads: int = 2):
+        self.topology = topology
+        self.policy = policy
+        self.quantile = quantile
+        self.max_group_size = max_group_size
+        self.time_limit_s = time_limit_s
+        self.threads = threads
+        self.live: dict[str, JobSpec] = {}
+        self.plan = empty_plan(topology, policy, quantile)
+
+    def _make(self, specs: list[JobSpec]) -> Plan:
+        if not specs:
+            return empty_plan(self.topology, self.policy, self.quantile)
+        plan = make_plan(self.topology, JobSet(jobs=specs), policy=self.policy, quantile=self.quantile,
+                         time_limit_s=self.time_limit_s, threads=self.threads, max_group_size=self.max_group_size)
+        return stabilize(plan, self.plan, self.topology)
+
+    def admit(self, job: JobSpec) -> Admission:
+        plan = self._make([*self.live.values(), job])
+        if any(r.name == job.name for r in plan.rejected):
+            reason = next(r.reason for r in plan.rejected if r.name == job.name)
+            return Admission(False, None, reason, self.plan)
+        self.live[job.name] = job
+        self.plan = plan
+        return Admission(True, plan.jobs[job.name][0].name, None, plan)
+
+    def release(self, name: str) -> Plan:
+        self.live.pop(name, None)
+        self.plan = self._make(list(self.live.values()))
+        return self.plan
+
+    def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
+               threads: int = 2) -> Replan:
+        before = self.plan
+        self.live = {j.name: j for j in jobs.jobs}
+        self.plan = self._make(list(jobs.jobs))
+        old, new = before.jobs, self.plan.jobs
+        moved = sorted(j for j in new if j in old and old[j][1].nodes != new[j][1].nodes)
+        return Replan(self.plan, moved, before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
+
+
+def stabilize(plan: Plan, previous: Plan, topology: Topology) -> Plan:
+    """Rename ``plan``'s nodes so that a group with the same jobs as before keeps its old nodes and
+    new groups take nodes nobody else holds (clusters are uniform, so times do not change)."""
+    old_by_jobs = {frozenset(j.name for j in g.jobs): g for g in previous.groups}
+    taken: set[str] = set()
+    mapping: dict[str, dict[str, str]] = {}
+    for g in plan.groups:
+        old = old_by_jobs.get(frozenset(j.name for j in g.jobs))
+        if old is not None and _shape(g.nodes, topology) == _shape(old.nodes, topology):
+            m = _pair(g.nodes, old.nodes, topology)
+            mapping[g.name] = m
+            taken.update(m.values())
+    free: dict[str, list[str]] = {}
+    for n in topology.nodes.values():
+        if n.id not in taken:
+            free.setdefault(n.cluster, []).append(n.id)
+    for g in plan.groups:
+        if g.name in mapping:
+            continue
+        m = {}
+        for n in g.nodes:
+            pool = free[topology.node(n).cluster]
+            m[n] = n if n in pool else pool[0]
+            pool.remove(m[n])
+        mapping[g.name] = m
+    groups = [_rename(g, mapping[g.name]) for g in plan.groups]
+    return plan.model_copy(update={"groups": groups})
+
+
+def _shape(nodes: Sequence[str], topology: Topology) -> list[str]:
+    return sorted(topology.node(n).cluster for n in nodes)
+
+
+def _pair(new: Sequence[str], old: Sequence[str], topology: Topology) -> dict[str, str]:
+    by_cluster: dict[str, list[str]] = {}
+    for n in old:
+        by_cluster.setdefault(topology.node(n).cluster, []).append(n)
+    return {n: by_cluster[topology.node(n).cluster].pop(0) for n in new}
+
+
+def _rename(group: GroupPlan, m: dict[str, str]) -> GroupPlan:
+    def gpu(g: str) -> str:
+        node = node_of(g)
+        return f"{m.get(node, node)}:{g.rpartition(':')[2]}"
+
+    jobs = [j.model_copy(update={"phases": [s.model_copy(update={"gpus": [gpu(x) for x in s.gpus]})
+                                             for s in j.phases]}) for j in group.jobs]
+    return group.model_copy(update={"nodes": [m.get(n, n) for n in group.nodes], "jobs": jobs})
