@@ -155,9 +155,6 @@ class Controller:
         self.runs[key] = run
         return run
 
-    def _available(self, gpu: str) -> bool:
-        return gpu not in self.down and (gpu not in self.holder or gpu in self.lent)
-
     def _deps_ready(self, run: PhaseRun) -> bool:
         st = self.state[run.job]
         k = run.iteration
@@ -181,13 +178,16 @@ class Controller:
     def _advance(self, run: PhaseRun) -> None:
         if run.state in ("done", "aborted"):
             return
-        free = [g for g in run.gpus if g not in run.held and self._available(g) and self._head(g) == run.key]
+        ready = self._deps_ready(run)
+        # A lent GPU is taken back only once the run can start: warming early would just undo the loan.
+        free = [g for g in run.gpus if g not in run.held and g not in self.down
+                and (g not in self.holder or (ready and g in self.lent)) and self._head(g) == run.key]
         if run.elastic:
             if free and run.state != "tail":
                 self._take(run, free)
         elif free and len(free) + len(run.held) == len(run.gpus):
             self._take(run, free)
-        if run.held and not run.permitted and self._deps_ready(run) and (run.elastic or len(run.held) == len(run.gpus)):
+        if run.held and not run.permitted and ready and (run.elastic or len(run.held) == len(run.gpus)):
             run.permitted = True
             run.state = "running"
             st = self.state[run.job]
@@ -450,7 +450,7 @@ class Controller:
         row = {"job": job, "iteration": k, "phase": phase, "gpus": gpus, "gpu_type": m.gpu_type,
                "start_s": m.start_s, "duration_s": max(m.end_s - m.start_s, 1e-9), "switch_s": m.switch_s,
                "tokens": float("nan"), "group": group, "planned_s": planned_s, "width_s": max(m.width_s, 1e-9),
-               "end_s": m.end_s, "gpus_at_start": m.gpus, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
+               "end_s": m.end_s, "gpus_at_start": m.gpus, "attempt": self.state[job].restarts, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
                "cluster": m.cluster, "nodes": self._nodes_of(job, phase)}
         self.records.append(row)
         for hook in self.on_phase:

@@ -1,0 +1,176 @@
+"""The sim backend under the controller, on hand-built plans whose timelines are computed on paper.
+
+Common setup: 8-GPU nodes, a 8 Gbit/s link between the rollout and train clusters (no latency),
+1B-parameter jobs in bf16 (16 Gbit of weights), so a sync moves one copy across the link in 2.0 s
+(NVLink is made so fast that the local broadcast is ~1e-8 s). Host memory 0 means no warm switch.
+"""
+
+import pytest
+
+from executor.config import ElasticRules
+from executor.queues import JobSchedule
+from executor.run import simulate_plan
+from executor.sim import Fault, SimModel
+from planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, SolverInfo
+from profiles.jobs import JobSet, JobSpec
+from topology.topology import topology_from_data
+
+STATIC = ElasticRules.off()
+NO_SHARE = SimModel(link_sharing=False)
+
+
+def topo(rollout_nodes=1, train_nodes=1, link_gbps=8.0, pcie=256.0):
+    cluster = dict(gpus_per_node=8, host_mem_gb=2048, pcie_gbps=pcie, nvlink_gbps=1e9, fabric_gbps=400)
+    return topology_from_data({
+        "name": "hand",
+        "clusters": [{"name": "rollout", "gpu_type": "H20", "nodes": rollout_nodes, **cluster},
+                     {"name": "train", "gpu_type": "H800", "nodes": train_nodes, **cluster}],
+        "links": [{"between": ["rollout", "train"], "gbps": link_gbps, "latency_ms": 0}],
+    })
+
+
+def job(name, rollout=100.0, train=50.0, rollout_mem=0.0, slo=2.0, **extra):
+    return JobSpec(name=name, params_b=1, slo=slo, **extra,
+                   rollout={"gpus": 8, "gpu_type": "H20", "duration_s": rollout, "host_mem_gb": rollout_mem},
+                   train={"gpus": 8, "gpu_type": "H800", "duration_s": train, "host_mem_gb": 0.0})
+
+
+def gpus(node):
+    return [f"{node}:{i}" for i in range(8)]
+
+
+def job_plan(name, r_node, t_node, r_start, r_dur, t_start, t_dur, s_start, cycle, s_dur=2.0):
+    return JobPlan(name=name, solo_iteration_s=r_dur + t_dur + s_dur, iteration_s=cycle, phases=[
+        PhaseSlot(phase="rollout", start_s=r_start, duration_s=r_dur, gpus=gpus(r_node)),
+        PhaseSlot(phase="train", start_s=t_start, duration_s=t_dur, gpus=gpus(t_node)),
+        PhaseSlot(phase="sync", start_s=s_start, duration_s=s_dur, gpus=gpus(r_node)),
+    ])
+
+
+def plan_of(*groups, elastic=None):
+    return Plan(policy="optimal", topology="hand", cost_usd_per_hour=0.0, solver=SolverInfo(name="hand", status="HAND"),
+                groups=list(groups), elastic=elastic or {})
+
+
+def shared_pair(switch=0.0):
+    """A and B take turns on one rollout node and one train node; cycle 200 (+ two switches)."""
+    c = 200.0 + 2 * switch
+    a = job_plan("A", "rollout-000", "train-000", switch, 100, 100 + switch, 50, 150 + switch, c)
+    b = job_plan("B", "rollout-000", "train-000", 100 + 2 * switch, 100, 0.0, 50, 50.0, c)
+    return plan_of(GroupPlan(name="g0", cycle_s=c, nodes=["rollout-000", "train-000"], jobs=[a, b]))
+
+
+def solo_group(name, i, r=100.0, t=50.0):
+    return GroupPlan(name=f"g{i}", cycle_s=r + t + 2, nodes=[f"rollout-00{i}", f"train-00{i}"],
+                     jobs=[job_plan(name, f"rollout-00{i}", f"train-00{i}", 0, r, r, t, r + t, r + t + 2)])
+
+
+def rows(result, job=None, phase=None):
+    return [r for r in result.records if (job is None or r["job"] == job) and (phase is None or r["phase"] == phase)]
+
+
+def test_two_jobs_take_turns_as_computed_by_hand():
+    jobs = JobSet(jobs=[job("A"), job("B")])
+    r = simulate_plan(shared_pair(), topo(), jobs, iterations=3, rules=STATIC, model=NO_SHARE)
+    st = r.controller.state
+    assert [st["A"].rollout_starts[k] for k in range(3)] == pytest.approx([0, 200, 400])
+    assert [st["B"].rollout_starts[k] for k in range(3)] == pytest.approx([100, 300, 500])
+    trains = rows(r, "B", "train")
+    assert [t["start_s"] for t in trains] == pytest.approx([200, 400, 600])
+    assert [t["end_s"] for t in trains] == pytest.approx([250, 450, 650])
+    assert st["A"].iteration_ends[0] == pytest.approx(152.0)
+    assert st["B"].iteration_ends[2] == pytest.approx(652.0)
+
+
+def test_warm_switch_when_a_gpu_changes_job():
+    # 256 GB of rollout state on an 8-GPU node: 32 GB per GPU over 256 Gbit/s PCIe = 1.0 s.
+    jobs = JobSet(jobs=[job("A", rollout_mem=256.0), job("B", rollout_mem=256.0)])
+    r = simulate_plan(shared_pair(switch=1.0), topo(), jobs, iterations=3, rules=STATIC, model=NO_SHARE)
+    assert [x["start_s"] for x in rows(r, "A", "rollout")] == pytest.approx([1, 203, 405])
+    assert [x["switch_s"] for x in rows(r, "B", "rollout")] == pytest.approx([1.0, 1.0, 1.0])
+    assert [x["switch_s"] for x in rows(r, "A", "train")] == pytest.approx([0.0, 0.0, 0.0])
+
+
+def test_concurrent_syncs_share_the_link():
+    jobs = JobSet(jobs=[job("A", rollout=10, train=10), job("B", rollout=10, train=10)])
+    plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 10))
+    shared = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)
+    alone = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC, model=NO_SHARE)
+    # Both syncs start at t=20: 16 Gbit each over 8 Gbit/s shared -> 4 Gbit/s each -> 4 s instead of 2 s.
+    assert [x["duration_s"] for x in rows(shared, phase="sync")] == pytest.approx([4.0, 4.0], abs=1e-6)
+    assert [x["duration_s"] for x in rows(alone, phase="sync")] == pytest.approx([2.0, 2.0], abs=1e-6)
+
+
+def test_a_sync_speeds_up_when_the_other_transfer_ends():
+    # B trains 1 s longer: both share the link from 21 s; A has crossed 8 Gbit alone (1 s at 8),
+    # then 4 Gbit/s each: A ends at 21 + 8/4 = 23; B has 16 - 8 = 8 Gbit left, alone again: 24 s.
+    jobs = JobSet(jobs=[job("A", rollout=10, train=10), job("B", rollout=10, train=11)])
+    plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 11))
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)
+    ends = {x["job"]: x["end_s"] for x in rows(r, phase="sync")}
+    assert ends == pytest.approx({"A": 23.0, "B": 24.0}, abs=1e-6)
+
+
+def test_failure_restarts_the_iteration_and_spares_other_groups():
+    jobs = JobSet(jobs=[job("A"), job("B")])
+    plan = plan_of(solo_group("A", 0), solo_group("B", 1))
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=2, rules=STATIC, model=NO_SHARE,
+                      faults=[Fault("train-000", 120.0, 30.0)])
+    a, b = r.controller.state["A"], r.controller.state["B"]
+    # A's train (100..150) dies at 120; rollout 0 reruns at 120..220, train once the node is back
+    # and the rollout is done: 220..270, sync 270..272. Cost of the failure: 120 s.
+    assert a.iteration_ends == pytest.approx({0: 272.0, 1: 424.0})
+    assert a.restarts == 1
+    assert [(x["iteration"], x["attempt"]) for x in rows(r, "A", "rollout")] == [(0, 0), (0, 1), (1, 1)]
+    assert b.iteration_ends == pytest.approx({0: 152.0, 1: 304.0})
+    assert [e["event"] for e in r.controller.events] == ["node_down", "restart", "node_up"]
+
+
+def test_long_tail_migration_starts_the_next_rollout_on_freed_gpus():
+    jobs = JobSet(jobs=[job("A"), job("B")])
+    rules = ElasticRules(migrate=True, lend=False, threshold=0.8, target_share=0.25)
+    model = SimModel(tail_share=0.3, tail_slowdown=1.05, link_sharing=False)
+    r = simulate_plan(shared_pair(), topo(), jobs, iterations=1, rules=rules, model=model)
+    a, b = rows(r, "A", "rollout")[0], rows(r, "B", "rollout")[0]
+    # A: 70 s of bulk on 8 GPUs, then its 30 s tail moves to 2 GPUs at 1/1.05 speed: ends 101.5.
+    assert (a["start_s"], a["end_s"], a["width_s"]) == pytest.approx((0.0, 101.5, 100.0))
+    # B starts at 70 on the 6 freed GPUs (rate 6/8), gets all 8 at 101.5: 23.625 + 46.375 -> bulk ends
+    # at 147.875; A's next rollout is not ready then, so B keeps its GPUs: tail 30 s -> 177.875.
+    assert (b["start_s"], b["end_s"], b["gpus_at_start"]) == pytest.approx((70.0, 177.875, 6))
+
+
+def test_idle_training_gpus_are_lent_to_the_rollout():
+    pool = topology_from_data({"name": "pool", "clusters": [
+        {"name": "a100", "gpu_type": "A100", "nodes": 2, "gpus_per_node": 8, "host_mem_gb": 1024}]})
+    spec = JobSpec(name="S", params_b=1, rollout={"gpus": 8, "gpu_type": "A100", "duration_s": 100.0},
+                   train={"gpus": 8, "gpu_type": "A100", "duration_s": 50.0})
+    g = GroupPlan(name="g0", cycle_s=152.0, nodes=["a100-000", "a100-001"],
+                  jobs=[job_plan("S", "a100-000", "a100-001", 0, 100, 100, 50, 150, 152)])
+    rules = ElasticRules(migrate=False, lend=True)
+    r = simulate_plan(plan_of(g), pool, JobSet(jobs=[spec]), iterations=1, rules=rules,
+                      model=SimModel(tail_share=0.3))
+    roll = rows(r, "S", "rollout")[0]
+    # The 8 waiting training GPUs join: bulk 70 s at rate 2 -> 35 s, tail 30 s at rate 1 -> 65 s.
+    assert roll["end_s"] == pytest.approx(65.0)
+    assert roll["busy_gpu_s"] == pytest.approx(16 * 35 + 16 * 30)
+    assert rows(r, "S", "train")[0]["start_s"] == pytest.approx(65.0)
+
+
+def test_scalar_profiles_are_deterministic_and_samples_follow_the_seed():
+    plan = shared_pair()
+    fixed = JobSet(jobs=[job("A"), job("B")])
+    runs = [simulate_plan(plan, topo(), fixed, iterations=4, seed=s, rules=STATIC).records for s in (1, 2)]
+    assert [x["end_s"] for x in runs[0]] == [x["end_s"] for x in runs[1]]
+    noisy = JobSet(jobs=[job("A", rollout={"mean": 100, "std": 10}), job("B", rollout={"mean": 100, "std": 10})])
+    ends = [[x["end_s"] for x in simulate_plan(plan, topo(), noisy, iterations=4, seed=s, rules=STATIC).records]
+            for s in (1, 1, 2)]
+    assert ends[0] == ends[1] and ends[0] != ends[2]
+
+
+def test_queue_order_follows_planned_offsets_across_the_cycle_wrap():
+    plan = shared_pair()
+    g = plan.groups[0]
+    b = JobSchedule.build(g, g.jobs[1])
+    # B: rollout at 100, its train at offset 0 of the next cycle (rel 100), sync at 50 (rel 150).
+    assert b.rel == {"rollout": 0.0, "train": 100.0, "sync": 150.0}
+    assert b.planned("train", 2) == pytest.approx(600.0)
