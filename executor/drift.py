@@ -17,8 +17,8 @@ measured / expected duration, where *measured* is the phase's duration on its pl
 as faster than planned.) When ``|EWMA - 1| > threshold`` for ``k`` consecutive iterations of that
 phase, the job is reported once and its EWMA restarts.
 
-Replanning (``DriftReplanner``): refit the job's profile from its last ``window`` iterations of
-records (``profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
+Replanning (``DriftReplanner``): refit the job's profile from its records since the drift showed
+(at most the last ``window`` iterations; ``profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
 controller switches to the new plan at the cycle boundary of the groups it changes, charging moved
 jobs ``migration_cost_s``. Every replan is logged: time, job, reason, $/h before and after, moved.
 """
@@ -128,6 +128,7 @@ def parse_drift(text: str | None, jobs: JobSet | None = None, source: str = "--d
 class _Track:
     ewma: float | None = None
     over: int = 0
+    since: int = 0  # first iteration of the current run over the threshold
 
 
 @dataclass
@@ -138,18 +139,22 @@ class DriftDetector:
     alpha: float = 0.5
     tracks: dict[tuple[str, str], _Track] = field(default_factory=dict)
 
-    def observe(self, row: dict) -> tuple[str, str, float] | None:
-        """Feed one record; returns (job, phase, EWMA) when the phase has drifted."""
+    def observe(self, row: dict) -> tuple[str, str, float, int] | None:
+        """Feed one record; returns (job, phase, EWMA, first drifted iteration) when the phase drifted."""
         if row["phase"] not in ("rollout", "train"):
             return None
         ratio = row["width_s"] / self.expected(row["job"], row["phase"], int(row["gpus"]), row["gpu_type"])
         tr = self.tracks.setdefault((row["job"], row["phase"]), _Track())
         tr.ewma = ratio if tr.ewma is None else self.alpha * ratio + (1 - self.alpha) * tr.ewma
-        tr.over = tr.over + 1 if abs(tr.ewma - 1) > self.threshold else 0
+        if abs(tr.ewma - 1) > self.threshold:
+            tr.since = tr.since if tr.over else int(row["iteration"])
+            tr.over += 1
+        else:
+            tr.over = 0
         if tr.over >= self.k:
-            value = tr.ewma
+            hit = (row["job"], row["phase"], tr.ewma, tr.since)
             self.tracks[(row["job"], row["phase"])] = _Track()
-            return row["job"], row["phase"], value
+            return hit
         return None
 
     def reset(self, job: str) -> None:
@@ -192,21 +197,24 @@ class DriftReplanner:
         hit = self.detector.observe(row)
         if hit is None:
             return
-        job, phase, ewma = hit
+        job, phase, ewma, since = hit
         self.detections.append({"t": self.controller.now, "job": job, "phase": phase, "ewma": ewma})
         if self.planner is not None and not self._busy:
             # Replan after the current event: the controller is in the middle of a callback.
             self._busy = True
-            self.controller.backend.call_at(self.controller.now, lambda: self._replan(job, phase, ewma))
+            self.controller.backend.call_at(self.controller.now, lambda: self._replan(job, phase, ewma, since))
 
-    def _replan(self, job: str, phase: str, ewma: float) -> None:
+    def _replan(self, job: str, phase: str, ewma: float, since: int) -> None:
         self._busy = False
         c = self.controller
         if c.state[job].finished:
             return
+        # Refit from the iterations since the drift showed (older ones describe the old profile),
+        # at most the last ``window`` of them; the phase that did not drift keeps its latest runs.
         rows = [r for r in c.records if r["job"] == job and r["phase"] in ("rollout", "train")]
         last = max(r["iteration"] for r in rows)
-        rows = [dict(r, duration_s=r["width_s"]) for r in rows if r["iteration"] > last - self.window]
+        first = max(since, last - self.window + 1)
+        rows = [dict(r, duration_s=r["width_s"]) for r in rows if r["iteration"] >= first]
         fitted = fit_jobs(pd.DataFrame(rows), JobSet(jobs=[c.specs[job]]), records_file="<simulation>",
                           gpu_types=c.topology.gpu_types)[job]
         c.update_spec(fitted)

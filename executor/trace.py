@@ -152,6 +152,8 @@ class BaselinePlanner:
 
     def __init__(self, topology: Topology, policy: str, *, quantile: float | str = 0.95, max_group_size: int = 5,
                  time_limit_s: float = 10.0, threads: int = 2):
+        if policy == "optimal":
+            raise ValueError("the optimal policy admits through planner.online.OnlinePlanner, not a re-plan")
         self.topology = topology
         self.policy = policy
         self.quantile = quantile

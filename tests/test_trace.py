@@ -1,0 +1,61 @@
+"""Trace mode: arrivals through admit, departures through release, cost over time, SLO attainment."""
+
+import pytest
+
+from executor.config import ElasticRules
+from executor.outputs import metrics
+from executor.sim import SimModel
+from executor.trace import BaselinePlanner, run_trace, stabilize
+from planner.api import make_plan
+from profiles.jobs import JobSet
+
+from test_sim import job, topo
+
+PAIR_USD = 8 * 1.85 + 8 * 5.28  # one H20 node + one H800 node
+
+
+def test_solo_trace_cost_follows_arrivals_and_departures():
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=2), job("J2", iterations=2, arrival_s=1000.0)])
+    r = run_trace(t, jobs, BaselinePlanner(t, "solo"), rules=ElasticRules.off(), model=SimModel(link_sharing=False))
+    c = r.controller
+    # Each job: two 152 s iterations on its own node pair. J1 holds 0..304, J2 1000..1304.
+    assert c.state["J1"].finished_at == pytest.approx(304.0, abs=0.01)
+    assert c.state["J2"].finished_at == pytest.approx(1304.0, abs=0.01)
+    m = metrics(c, wall_s=r.wall_s, events=r.events, plan_iteration=False)
+    assert m["avg_usd_per_hour"] == pytest.approx(PAIR_USD * 608 / 1304, rel=1e-4)
+    assert m["peak_usd_per_hour"] == pytest.approx(PAIR_USD)
+    assert m["peak_gpus"] == {"rollout": 8, "train": 8}
+    assert m["slo_attainment"] == 1.0
+
+
+def test_a_job_that_does_not_fit_waits_for_a_departure():
+    t = topo(1, 1)
+    jobs = JobSet(jobs=[job("J1", iterations=2), job("J2", iterations=1, arrival_s=10.0)])
+    r = run_trace(t, jobs, BaselinePlanner(t, "solo"), rules=ElasticRules.off(), model=SimModel(link_sharing=False))
+    log = r.extra["trace"]
+    assert log.waits["J2"] == pytest.approx(294.0, abs=0.01)  # admitted when J1 leaves at 304
+    assert r.controller.state["J2"].finished_at == pytest.approx(304.0 + 152.0, abs=0.01)
+
+
+def test_colocate_trace_keeps_unchanged_groups_running():
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=3), job("J2", iterations=3, arrival_s=50.0)])
+    r = run_trace(t, jobs, BaselinePlanner(t, "colocate"), rules=ElasticRules.off())
+    c = r.controller
+    assert all(st.finished for st in c.state.values())
+    assert not [e for e in c.events if e["event"] == "switch"]  # J2's arrival did not disturb J1
+
+
+def test_stabilize_keeps_a_groups_nodes():
+    t = topo(2, 2)
+    one = make_plan(t, JobSet(jobs=[job("J2")]), policy="solo")
+    assert one.groups[0].nodes == ["rollout-000", "train-000"] or sorted(one.groups[0].nodes) == \
+        ["rollout-000", "train-000"]
+    moved = one.model_copy(update={"groups": [g.model_copy(update={"nodes": ["rollout-001", "train-001"]})
+                                              for g in one.groups]})
+    both = make_plan(t, JobSet(jobs=[job("J1"), job("J2")]), policy="solo")
+    fixed = stabilize(both, moved, t)
+    j2 = fixed.jobs["J2"][1]
+    assert j2.nodes == ["rollout-001", "train-001"]
+    assert fixed.jobs["J1"][1].nodes == ["rollout-000", "train-000"]
