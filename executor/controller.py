@@ -24,6 +24,7 @@ It owns the scheduling decisions and nothing physical:
 
 from __future__ import annotations
 
+from functools import lru_cache
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -35,6 +36,8 @@ from planner.model import PlanningModel
 from planner.plan import GroupPlan, JobPlan, Plan
 from profiles.jobs import JobSet, JobSpec
 from topology.topology import Topology, node_of
+
+_node_of = lru_cache(maxsize=None)(node_of)  # GPU id -> node, called in every hot path
 
 PHASES = ("rollout", "train", "sync")
 
@@ -110,6 +113,10 @@ class Controller:
         self.on_job_finished: list[Callable[[str, float], None]] = []
         self.on_switch: list[Callable[[Plan], None]] = []
         self.gpu_cluster: dict[str, str] = {}
+        self.node_jobs: dict[str, set[str]] = {}  # node -> jobs whose group holds it (lending)
+        self.rolling: dict[str, PhaseRun] = {}  # job -> its rollout that is computing
+        self._switch_cache: dict[tuple[str, str, str], float] = {}
+        self._type_cache: dict[str, str] = {}
         backend.attach(self)
         if start_jobs:
             self._install(plan, {j for j in plan.jobs}, epoch=self.now, delays={})
@@ -176,8 +183,8 @@ class Controller:
                 self._lend(gpu)
 
     def _advance(self, run: PhaseRun) -> None:
-        if run.state in ("done", "aborted"):
-            return
+        if run.state in ("done", "aborted") or run.iteration >= self.state[run.job].limit:
+            return  # a draining job starts no new iteration (its run may have been warmed already)
         ready = self._deps_ready(run)
         # A lent GPU is taken back only once the run can start: warming early would just undo the loan.
         free = [g for g in run.gpus if g not in run.held and g not in self.down
@@ -192,6 +199,7 @@ class Controller:
             run.state = "running"
             st = self.state[run.job]
             if run.phase == "rollout":
+                self.rolling[run.job] = run
                 st.rollout_starts.setdefault(run.iteration, self.now)
                 if st.first_start is None:
                     st.first_start = self.now
@@ -245,24 +253,24 @@ class Controller:
 
     def _lend(self, gpu: str) -> None:
         """An idle GPU joins a running rollout of its group when it would idle long enough."""
-        if not self._lendable(gpu):
+        node = _node_of(gpu)
+        # Lend only inside the group (its nodes pin the borrower's state), to rollouts in their bulk.
+        candidates = [r for j in self.node_jobs.get(node, ()) if (r := self.rolling.get(j)) is not None
+                      and r.state == "running" and gpu not in r.held]
+        if not candidates or not self._lendable(gpu):
             return
         wait = self._idle_for(gpu)
         key = self._head(gpu)
         own = self._run(key) if key is not None else None
-        node = node_of(gpu)
+        gpu_type = self._gpu_type(gpu)
         best = None
-        for run in self.runs.values():
-            if run.phase != "rollout" or run.state != "running" or gpu in run.held:
-                continue
-            if run.job not in self.job_plans or node not in self.job_plans[run.job][0].nodes:
-                continue  # lend only inside the group: its nodes pin the borrower's state
+        for run in candidates:
             spec = self.specs[run.job]
-            if self.topology.gpu_type_of(gpu) not in spec.rollout.gpu_types:
+            if gpu_type not in spec.rollout.gpu_types:
                 continue
-            cost = self.model.switch_s(spec, "rollout", node_of(gpu))
+            cost = self._switch(run.job, "rollout", node)
             if own is not None:
-                cost += self.model.switch_s(self.specs[own.job], own.phase, node_of(gpu))
+                cost += self._switch(own.job, own.phase, node)
             remaining = run.planned_s - (self.now - (run.started_s if run.started_s is not None else self.now))
             if min(wait, remaining) < self.rules.lend_min_gain * max(cost, 1e-3):
                 continue
@@ -278,6 +286,18 @@ class Controller:
             self.lent.add(gpu)
             run.held.add(gpu)
             self.backend.warm(run, [gpu])
+
+    def _switch(self, job: str, kind: str, node: str) -> float:
+        key = (job, kind, node)
+        if key not in self._switch_cache:
+            self._switch_cache[key] = self.model.switch_s(self.specs[job], kind, node)
+        return self._switch_cache[key]
+
+    def _gpu_type(self, gpu: str) -> str:
+        t = self._type_cache.get(gpu)
+        if t is None:
+            t = self._type_cache[gpu] = self.topology.gpu_type_of(gpu)
+        return t
 
     def _offer_idle(self, run: PhaseRun) -> None:
         """A rollout just started: idle GPUs of its group may join it."""
@@ -300,6 +320,7 @@ class Controller:
         if not any(self._startable_after(g, run) for g in freed):
             return
         run.state = "tail"
+        self.rolling.pop(run.job, None)
         self.backend.release(run, freed, tail=True)
         self._free(run, freed)
         self.kick(freed)
@@ -326,6 +347,8 @@ class Controller:
 
     def phase_done(self, run: PhaseRun, m: Measured) -> None:
         run.state = "done"
+        if self.rolling.get(run.job) is run:
+            del self.rolling[run.job]
         st = self.state[run.job]
         held = list(run.held)
         self._free(run, held)
@@ -347,7 +370,7 @@ class Controller:
         group, jp = self.job_plans[train.job]
         sync = SyncRun(train.job, train.iteration, group.name, tuple(jp.phase("train").gpus),
                        tuple(jp.phase("sync").gpus), jp.phase("sync").duration_s)
-        if any(node_of(g) in self._down_nodes() for g in sync.train_gpus + sync.rollout_gpus):
+        if any(_node_of(g) in self._down_nodes() for g in sync.train_gpus + sync.rollout_gpus):
             self._restart(train.job, f"sync endpoint down")
             return
         self.syncs[train.job] = sync
@@ -391,7 +414,7 @@ class Controller:
             else:
                 hit.add(run.job)
         for job, sync in list(self.syncs.items()):
-            if any(node_of(g) == node for g in sync.train_gpus + sync.rollout_gpus):
+            if any(_node_of(g) == node for g in sync.train_gpus + sync.rollout_gpus):
                 hit.add(job)
         for job in sorted(hit):
             self._restart(job, f"node {node} down")
@@ -403,7 +426,7 @@ class Controller:
         self.kick(gpus)
 
     def _down_nodes(self) -> set[str]:
-        return {node_of(g) for g in self.down}
+        return {_node_of(g) for g in self.down}
 
     def _restart(self, job: str, reason: str) -> None:
         """Drop the job's unfinished iteration(s) and queue it again from the last completed one."""
@@ -423,6 +446,7 @@ class Controller:
                 touched.add(g)
             run.state = "aborted"
             del self.runs[key]
+        self.rolling.pop(job, None)
         sync = self.syncs.pop(job, None)
         if sync is not None:
             self.backend.abort(sync)
@@ -460,7 +484,7 @@ class Controller:
         entry = self.job_plans.get(job)
         if entry is None:
             return ""
-        return ",".join(sorted({node_of(g) for g in entry[1].phase(phase).gpus}))
+        return ",".join(sorted({_node_of(g) for g in entry[1].phase(phase).gpus}))
 
     # ----- plans --------------------------------------------------------------------------------
     def _install(self, plan: Plan, jobs: set[str], epoch: float, delays: dict[str, float]) -> None:
@@ -481,12 +505,14 @@ class Controller:
                 sched = JobSchedule.build(group, jp, epoch, first)
                 self.schedules[jp.name] = sched
                 self.job_plans[jp.name] = (group, jp)
+                for n in group.nodes:
+                    self.node_jobs.setdefault(n, set()).add(jp.name)
                 for phase in ("rollout", "train"):
                     slot = jp.phase(phase)
                     for g in slot.gpus:
                         q = self.queues.setdefault(g, GpuQueue())
                         q.add(sched, phase, first)
-                        self.gpu_cluster.setdefault(g, self.topology.node(node_of(g)).cluster)
+                        self.gpu_cluster.setdefault(g, self.topology.node(_node_of(g)).cluster)
         touched = [g for j in jobs if j in self.job_plans for s in self.job_plans[j][1].phases
                    if s.phase != "sync" for g in s.gpus]
         self.kick(sorted(set(touched)))
@@ -507,6 +533,7 @@ class Controller:
         self.specs[spec.name] = spec
         self.jobs = JobSet(jobs=[spec if j.name == spec.name else j for j in self.jobs.jobs])
         self.model = PlanningModel(self.topology, self.jobs, self.plan.quantile)
+        self._switch_cache.clear()
         if spec.name in self.state:
             self.state[spec.name].spec = spec
 
@@ -542,6 +569,8 @@ class Controller:
         for j in set(new) - closure - hot:
             if j in old:
                 self.job_plans[j] = new[j]
+                for n in new[j][0].nodes:
+                    self.node_jobs.setdefault(n, set()).add(j)
         self.plan = plan
         if hot:
             for j in hot:
@@ -559,8 +588,23 @@ class Controller:
             started = max([k for (jj, p, k), r in self.runs.items() if jj == j and p == "rollout" and r.permitted],
                           default=st.done["rollout"])
             st.limit = min(st.limit, max(started, st.done["rollout"]) + 1)
+        # Runs past a drained job's last iteration give back the GPUs they were warmed on.
+        freed: set[str] = set()
+        for key, run in list(self.runs.items()):
+            if key[0] in draining and not run.permitted and run.iteration >= self.state[key[0]].limit:
+                if run.held:
+                    self.backend.release(run, sorted(run.held))
+                for g in list(run.held):
+                    run.held.discard(g)
+                    if self.holder.get(g) is run:
+                        del self.holder[g]
+                    self.lent.discard(g)
+                    freed.add(g)
+                run.state = "aborted"
+                del self.runs[key]
         self.pending = PendingSwitch(plan, {j for j in closure if j in new}, draining,
                                      {old[j][0].name for j in closure if j in old}, delays, reason)
+        self.kick(sorted(freed))
         if not closure:
             self.pending = None
             self._set_held(plan.groups)
@@ -579,7 +623,9 @@ class Controller:
             sched = self.schedules.pop(j, None)
             if sched is None:
                 continue
-            _, jp = self.job_plans.pop(j)
+            old_group, jp = self.job_plans.pop(j)
+            for n in old_group.nodes:
+                self.node_jobs.get(n, set()).discard(j)
             for slot in jp.phases:
                 if slot.phase != "sync":
                     for g in slot.gpus:

@@ -29,6 +29,7 @@ Model (all times in seconds):
 
 from __future__ import annotations
 
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -40,6 +41,8 @@ from executor.events import EventQueue, Timer
 from planner.model import PlanningModel
 from profiles.jobs import JobSet, JobSpec
 from topology.topology import Topology, node_of, switch_of
+
+_node_of = lru_cache(maxsize=None)(node_of)  # GPU id -> node, called in every hot path
 
 DriftFn = Callable[[str, str, float], float]  # (job, phase, time) -> duration factor
 
@@ -109,6 +112,9 @@ class SimBackend:
         self.on_link: dict[tuple[str, str], set[_Flow]] = {}
         self._factor_cache: dict[tuple, float] = {}
         self._links_cache: dict[tuple, tuple] = {}
+        self._switch_cache: dict[tuple[str, str, str], float] = {}
+        self._type_cache: dict[str, str] = {}
+        self._sync_cache: dict[tuple, tuple] = {}
         self.controller: Callbacks | None = None
         self.faults = list(faults)
 
@@ -143,7 +149,7 @@ class SimBackend:
         for g in gpus:
             switch = 0.0
             if self.resident.get(g) != role:
-                switch = self._switch_s(spec, run.phase, node_of(g))
+                switch = self._switch_s(spec, run.phase, _node_of(g))
                 self.resident[g] = role
             worst = max(worst, switch)
             ex.switch_gpu_s += switch
@@ -207,20 +213,24 @@ class SimBackend:
 
     def start_sync(self, run: SyncRun) -> None:
         spec = self.specs[run.job]
-        total = self.planning.sync_s(spec, list(run.train_gpus), list(run.rollout_gpus))
-        src = sorted({node_of(g) for g in run.train_gpus})
-        remote = sorted({node_of(g) for g in run.rollout_gpus} - set(src))
-        links = self._links(src, remote) if remote else ()
+        key = (run.job, run.train_gpus, run.rollout_gpus)
+        if key not in self._sync_cache:
+            total = self.planning.sync_s(spec, list(run.train_gpus), list(run.rollout_gpus))
+            src = sorted({_node_of(g) for g in run.train_gpus})
+            remote = sorted({_node_of(g) for g in run.rollout_gpus} - set(src))
+            links = self._links(src, remote) if remote else ()
+            gbps = self.topology.bottleneck_gbps(src, remote) if remote else float("inf")
+            self._sync_cache[key] = (total, links, gbps)
+        total, links, gbps = self._sync_cache[key]
         bits = spec.weight_bytes * 8
         if not links or not self.model.link_sharing or total <= 0:
             self.pending_fixed[run] = self.events.after(total, lambda r=run, s=self.now(): self._sync_end(r, s))
             return
-        gbps = self.topology.bottleneck_gbps(src, remote)
         cross = bits / (gbps * 1e9)
         flow = _Flow(run, self.now(), bits, gbps, links, max(0.0, total - cross), last=self.now())
         self.flows[run] = flow
+        self._reshare(links)  # bring the others up to date at their old rates
         for link in links:
-            self._advance_link(link)
             self.on_link.setdefault(link, set()).add(flow)
         self._reshare(links)
 
@@ -232,7 +242,11 @@ class SimBackend:
 
     # ----- phases -----------------------------------------------------------------------------
     def _switch_s(self, spec: JobSpec, kind: str, node: str) -> float:
-        return self.planning.switch_s(spec, kind, node)
+        key = (spec.name, kind, node)
+        value = self._switch_cache.get(key)
+        if value is None:
+            value = self._switch_cache[key] = self.planning.switch_s(spec, kind, node)
+        return value
 
     def _factor(self, spec: JobSpec, kind: str, gpus: int, gpu_type: str) -> float:
         key = (spec.name, kind, gpus, gpu_type, id(spec))
@@ -245,7 +259,9 @@ class SimBackend:
         return f
 
     def _speed(self, ex: _Exec, gpu: str) -> float:
-        t = self.topology.gpu_type_of(gpu)
+        t = self._type_cache.get(gpu)
+        if t is None:
+            t = self._type_cache[gpu] = self.topology.gpu_type_of(gpu)
         if t == ex.run.gpu_type:
             return 1.0
         cat = self.topology.gpu_types
@@ -305,7 +321,7 @@ class SimBackend:
         start = ex.started if ex.started is not None else now
         m = Measured(start_s=start, end_s=now, switch_s=ex.switch_s, width_s=ex.duration,
                      gpus=ex.gpus_at_start or len(run.gpus), gpu_type=run.gpu_type, busy_gpu_s=ex.busy_gpu_s,
-                     switch_gpu_s=ex.switch_gpu_s, cluster=self.topology.node(node_of(run.gpus[0])).cluster)
+                     switch_gpu_s=ex.switch_gpu_s, cluster=self.topology.node(_node_of(run.gpus[0])).cluster)
         self.controller.phase_done(run, m)
 
     # ----- weight sync ------------------------------------------------------------------------
@@ -329,33 +345,32 @@ class SimBackend:
             self._links_cache[key] = tuple(sorted(links))
         return self._links_cache[key]
 
-    def _advance_link(self, link: tuple[str, str]) -> None:
-        now = self.now()
-        for f in self.on_link.get(link, ()):
-            f.bits -= f.rate_gbps * 1e9 * (now - f.last)
-            f.last = now
-
     def _reshare(self, links: Sequence[tuple[str, str]]) -> None:
-        """Fair share of each link among its flows; every flow also respects its own bottleneck."""
+        """Fair share of each link among its flows; every flow also respects its own bottleneck.
+
+        Flows on the given links are brought up to date at their old rates first; a flow whose
+        rate does not change keeps its end event.
+        """
         flows: set[_Flow] = set()
         for link in links:
             flows |= self.on_link.get(link, set())
         now = self.now()
         for f in flows:
-            for link in f.links:  # bring every flow up to date before its rate changes
-                for g in self.on_link.get(link, ()):
-                    g.bits -= g.rate_gbps * 1e9 * (now - g.last)
-                    g.last = now
+            f.bits -= f.rate_gbps * 1e9 * (now - f.last)
+            f.last = now
+        capacity = self.topology.graph.edges
         for f in flows:
-            share = min(self.topology.graph.edges[link]["capacity"] / len(self.on_link[link]) for link in f.links)
-            f.rate_gbps = min(f.cap_gbps, share)
+            rate = min(f.cap_gbps, min(capacity[link]["capacity"] / len(self.on_link[link]) for link in f.links))
+            if rate == f.rate_gbps and f.timer is not None and f.timer.active:
+                continue
+            f.rate_gbps = rate
             if f.timer is not None:
                 f.timer.cancel()
-            f.timer = self.events.at(now + max(f.bits, 0.0) / (f.rate_gbps * 1e9), lambda fl=f: self._cross_end(fl))
+            f.timer = self.events.at(now + max(f.bits, 0.0) / (rate * 1e9), lambda fl=f: self._cross_end(fl))
 
     def _unlink(self, flow: _Flow) -> None:
+        self._reshare(flow.links)  # bring the link's flows up to date while the flow still counts
         for link in flow.links:
-            self._advance_link(link)
             self.on_link.get(link, set()).discard(flow)
         self._reshare(flow.links)
 
@@ -372,5 +387,5 @@ class SimBackend:
         now = self.now()
         m = Measured(start_s=start, end_s=now, switch_s=0.0, width_s=now - start, gpus=len(run.rollout_gpus),
                      gpu_type=self.topology.gpu_type_of(run.rollout_gpus[0]),
-                     cluster=self.topology.node(node_of(run.rollout_gpus[0])).cluster)
+                     cluster=self.topology.node(_node_of(run.rollout_gpus[0])).cluster)
         self.controller.sync_done(run, m)

@@ -148,7 +148,16 @@ class Replan:
 
 
 class BaselinePlanner:
-    """The online interface for a baseline policy: re-plan the live jobs, keep unchanged groups in place."""
+    """The online interface for a baseline policy, without moving running jobs needlessly.
+
+    - ``solo`` / ``colocate``: every job is its own group, so an arrival is planned alone and put on
+      nodes nobody holds; a departure frees its group.
+    - ``weave``: an arrival re-plans the live jobs in arrival order (Algorithm 1 is greedy in that
+      order) and ``stabilize`` keeps unchanged groups on their nodes; a departure only removes the
+      job from its group (the others keep their timetable, as in Weave), freeing an emptied group.
+
+    ``planning_s`` adds up the wall time spent in the planner.
+    """
 
     def __init__(self, topology: Topology, policy: str, *, quantile: float | str = 0.95, max_group_size: int = 5,
                  time_limit_s: float = 10.0, threads: int = 2):
@@ -162,36 +171,82 @@ class BaselinePlanner:
         self.threads = threads
         self.live: dict[str, JobSpec] = {}
         self.plan = empty_plan(topology, policy, quantile)
+        self.planning_s = 0.0
 
     def _make(self, specs: list[JobSpec]) -> Plan:
         if not specs:
             return empty_plan(self.topology, self.policy, self.quantile)
+        started = time.perf_counter()
         plan = make_plan(self.topology, JobSet(jobs=specs), policy=self.policy, quantile=self.quantile,
                          time_limit_s=self.time_limit_s, threads=self.threads, max_group_size=self.max_group_size)
+        self.planning_s += time.perf_counter() - started
         return stabilize(plan, self.plan, self.topology)
 
     def admit(self, job: JobSpec) -> Admission:
-        plan = self._make([*self.live.values(), job])
-        if any(r.name == job.name for r in plan.rejected):
-            reason = next(r.reason for r in plan.rejected if r.name == job.name)
-            return Admission(False, None, reason, self.plan)
+        if self.policy in ("solo", "colocate"):
+            alone = self._make([job])
+            if alone.rejected or not alone.groups:
+                return Admission(False, None, alone.rejected[0].reason if alone.rejected else "not placed", self.plan)
+            group = alone.groups[0].model_copy(update={"name": f"{self.policy}-{job.name}"})
+            try:
+                plan = _with_groups(self.plan, [*self.plan.groups, group], self.topology)
+            except _NoRoom as exc:
+                return Admission(False, None, str(exc), self.plan)
+        else:
+            plan = self._make(sorted([*self.live.values(), job], key=lambda j: (j.arrival_s, j.name)))
+            if any(r.name == job.name for r in plan.rejected):
+                reason = next(r.reason for r in plan.rejected if r.name == job.name)
+                return Admission(False, None, reason, self.plan)
         self.live[job.name] = job
         self.plan = plan
         return Admission(True, plan.jobs[job.name][0].name, None, plan)
 
     def release(self, name: str) -> Plan:
         self.live.pop(name, None)
-        self.plan = self._make(list(self.live.values()))
+        groups = []
+        for g in self.plan.groups:
+            jobs = [j for j in g.jobs if j.name != name]
+            if jobs:
+                groups.append(g if len(jobs) == len(g.jobs) else g.model_copy(update={"jobs": jobs}))
+        self.plan = _with_groups(self.plan, groups, self.topology)
         return self.plan
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
                threads: int = 2) -> Replan:
         before = self.plan
         self.live = {j.name: j for j in jobs.jobs}
-        self.plan = self._make(list(jobs.jobs))
+        self.plan = self._make(sorted(jobs.jobs, key=lambda j: (j.arrival_s, j.name)))
         old, new = before.jobs, self.plan.jobs
         moved = sorted(j for j in new if j in old and old[j][1].nodes != new[j][1].nodes)
         return Replan(self.plan, moved, before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
+
+
+class _NoRoom(Exception):
+    pass
+
+
+def _with_groups(plan: Plan, groups: list[GroupPlan], topology: Topology) -> Plan:
+    """``plan`` with ``groups`` in place of its own, every group on nodes no other group holds."""
+    held: set[str] = set()
+    placed = []
+    for g in groups:
+        clash = [n for n in g.nodes if n in held]
+        if clash:
+            free: dict[str, list[str]] = {}
+            for n in topology.nodes.values():
+                if n.id not in held and n.id not in g.nodes:
+                    free.setdefault(n.cluster, []).append(n.id)
+            mapping = {}
+            for n in clash:
+                pool = free.get(topology.node(n).cluster, [])
+                if not pool:
+                    raise _NoRoom(f"no free node left in cluster {topology.node(n).cluster}")
+                mapping[n] = pool.pop(0)
+            g = _rename(g, mapping)
+        held.update(g.nodes)
+        placed.append(g)
+    cost = sum(topology.cost_usd_per_hour(g.nodes) for g in placed)
+    return plan.model_copy(update={"groups": placed, "cost_usd_per_hour": cost})
 
 
 def stabilize(plan: Plan, previous: Plan, topology: Topology) -> Plan:
