@@ -14,16 +14,19 @@ OBJECTIVES = ("cost", "iteration-time")
 
 def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", objective: str = "cost",
               quantile: float | str = 0.95, time_limit_s: float = 60.0, threads: int = 2,
-              max_group_size: int = 5, progress: Callable[[str], None] | None = None) -> Plan:
-    """Plan ``jobs`` on ``topology``. The ``optimal`` policy falls back to ``weave`` (and says so in
-    ``solver.note``) when it finds no feasible plan within the time limit."""
+              max_group_size: int = 5, progress: Callable[[str], None] | None = None,
+              solver: str = "cpsat", start: Plan | None = None) -> Plan:
+    """Plan ``jobs`` on ``topology``. The ``optimal`` policy solves with ``solver`` (cpsat | pulp),
+    starts from ``start`` when given, and falls back to ``weave`` (status FALLBACK, the reason in
+    ``solver.note``) when it verifies no plan within the time limit."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
     model = PlanningModel(topology, jobs, quantile)
     if policy == "optimal":
-        from planner.optimal import NoPlanInTime, plan_optimal
+        from planner.optimal import NoPlanInTime
+        from planner.optimize import plan_optimal
 
         try:
             if objective == "iteration-time":
@@ -31,7 +34,7 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
 
                 return plan_min_iteration(model, time_limit_s=time_limit_s, threads=threads, progress=progress)
             return plan_optimal(model, max_group_size=max_group_size, time_limit_s=time_limit_s, threads=threads,
-                                progress=progress).plan
+                                progress=progress, solver=solver, start=start).plan
         except NoPlanInTime as exc:
             from planner.baselines import plan_weave
 

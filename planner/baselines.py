@@ -352,7 +352,8 @@ def _weave_candidates(book: _Book, job: JobSpec, max_group_size: int):
     """Every candidate placement (or the ``Unplaceable`` that ruled one out), isolated group last."""
     for index, group in enumerate(book.groups):
         full = len(group.members) >= max_group_size
-        if full or _saturated(book.model, group) or not _fits_train(book.topology, job, group):
+        if full or not _fits_train(book.topology, job, group) or not _train_may_fit(book, job, group) \
+                or _saturated(book.model, group):
             continue
         for rank, member, draft in _group_placements(book, job, group):
             try:
@@ -384,6 +385,18 @@ def _saturated(model: PlanningModel, group: _Group) -> bool:
     load = max(sum(train.values()), max(per_node.values()))
     cycle = max(roll[n] + train[n] for n in roll)
     return load >= cycle
+
+
+def _train_may_fit(book: _Book, job: JobSpec, group: _Group) -> bool:
+    """Necessary for any round-robin timetable within every SLO: the shared training GPUs run every
+    member's train and warm switch once per cycle. Skipping groups that fail it changes no decision;
+    it only saves the timetable simulation (admission must stay fast with thousands of jobs)."""
+    members = [m.job for m in group.members] + [job]
+    gpus = list(group.train_gpus)
+    gpu_type = book.topology.gpu_type_of(gpus[0])
+    busy = sum(book.model.duration(j, "train", len(gpus), gpu_type) + book.model.max_switch_s(j, "train", gpus)
+               for j in members)
+    return busy <= min(j.slo * book.solo(j) for j in members) * (1 + SLO_TOL)
 
 
 def _fits_train(topology: Topology, job: JobSpec, group: _Group) -> bool:

@@ -24,6 +24,7 @@ class PlanningModel:
         self.jobs = jobs
         self.quantile = quantile
         self._sync_cache: dict[tuple, float] = {}
+        self._solo_cache: dict[str, float] = {}
 
     # ----- durations ---------------------------------------------------------------------
     def duration(self, job: JobSpec, kind: str, gpus: int, gpu_type: str) -> float:
@@ -75,9 +76,15 @@ class PlanningModel:
                 + ceil_ms(self.duration(job, "train", len(train_gpus), t_type))
                 + ceil_ms(self.sync_s(job, train_gpus, rollout_gpus)))
 
+    def solo_of(self, job: JobSpec) -> float:
+        """Cached solo iteration time (also for jobs added after the model was built)."""
+        if job.name not in self._solo_cache:
+            self._solo_cache[job.name] = self.solo_iteration_s(job)
+        return self._solo_cache[job.name]
+
     @cached_property
     def solo(self) -> dict[str, float]:
-        return {job.name: self.solo_iteration_s(job) for job in self.jobs.jobs}
+        return {job.name: self.solo_of(job) for job in self.jobs.jobs}
 
     def nodes_for(self, gpus: int, node_gpus: int) -> int:
         return math.ceil(gpus / node_gpus)

@@ -1,24 +1,16 @@
-"""The ``optimal`` policy: exact co-scheduling plans with OR-Tools CP-SAT.
+"""Candidate co-execution groups of the ``optimal`` policy, and how a chosen one is laid out.
 
-Cost objective (logic-based decomposition, exact for the model below):
-1. Candidates: every set of at most ``max_group_size`` jobs, with a shared training pool (one GPU
-   count and type common to all members' options, the paper's uniform DP) and a partition of the
-   members into rollout classes (jobs in a class share rollout nodes; a narrower job takes a run of
-   the class's nodes, laid out so that every node's busy time fits), for each job's rollout option.
-   A candidate survives when its loads fit under the group's largest admissible cycle
-   ``min(slo * solo)``: train busy time, each rollout class's busy time (warm switches included),
-   each job's own loop, and host memory per node. Sets are grown depth-first and pruned as soon as a
-   necessary condition fails (all of them only get harder when a job is added).
-2. Master: set partitioning over candidates with CP-SAT: each job in exactly one group, node counts
-   per cluster within the topology, minimal $/h.
-3. Check: every chosen group gets its exact cyclic timetable (planner/timetable.py). A group whose
-   timetable does not exist is removed from the candidates and the master is solved again.
-The master's bound is a valid lower bound for the model when the enumeration was complete
-(otherwise the work bound ``sum_j (r_j * $R_j + t_j * $T_j) / (slo_j * solo_j)`` is reported).
+A candidate is a set of at most ``max_group_size`` jobs with a shared training pool (one GPU count
+and type common to all members' options, the paper's uniform DP) and a partition of the members
+into rollout classes (jobs in a class share rollout nodes; a narrower job takes a run of the class's
+nodes, laid out so that every node's busy time fits), for each job's rollout option. A candidate
+survives when its loads fit under the group's largest admissible cycle ``min(slo * solo)``: train
+busy time, each rollout class's busy time (warm switches included), each job's own loop, and host
+memory per node. ``CandidateBuilder`` grows sets depth-first and prunes as soon as a necessary
+condition fails (all of them only get harder when a job is added); with a budget it gives up on
+large instances, which planner/colgen.py then prices instead of enumerating.
 
-Iteration-time objective: all jobs in one group on the topology's GPUs; every combination of phase
-GPU counts and types (phases of a type take GPUs from the start of that type's pool, so training
-GPUs are lent to rollout and back when it pays); the timetable minimises the cycle.
+How the master picks candidates and the bound it proves: planner/optimize.py.
 """
 
 from __future__ import annotations
@@ -60,15 +52,6 @@ class Candidate:
     offsets: tuple[int, ...]  # per member: first node of its rollout inside its class's nodes
     cost: float
     nodes: tuple[tuple[str, int], ...]  # (cluster, node count)
-
-
-@dataclass
-class OptimalResult:
-    plan: Plan
-    candidates: int = 0
-    master_solves: int = 0
-    timetable_failures: int = 0
-    complete: bool = True
 
 
 # ----- options ------------------------------------------------------------------------------
@@ -124,7 +107,8 @@ class CandidateBuilder:
     """Enumerates load-feasible candidate groups (see the module docstring)."""
 
     def __init__(self, model: PlanningModel, job_ids: list[int], max_group_size: int,
-                 max_configs_per_set: int = 6, max_rollout_combos: int = 64):
+                 max_configs_per_set: int = 6, max_rollout_combos: int = 64,
+                 budget: int | None = None, deadline: float | None = None):
         self.model = model
         self.jobs = model.jobs.jobs
         self.job_ids = job_ids
@@ -132,7 +116,10 @@ class CandidateBuilder:
         self.max_configs = max_configs_per_set
         self.max_combos = max_rollout_combos
         self.complete = True
+        self.budget = budget  # most candidates to enumerate before giving up (EnumerationBudget)
+        self.deadline = deadline  # time.perf_counter() value
         self.reserve: dict[tuple[int, ...], list[Candidate]] = {}
+        self._loops: dict[tuple, float] = {}
         self.topo = model.topology
         self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
         self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}
@@ -141,9 +128,13 @@ class CandidateBuilder:
                       for c in self.topo.clusters.values()}
 
     def loop_s(self, j: int, train: PhaseOption, rollout: PhaseOption) -> float:
-        job = self.jobs[j]
-        total = rollout.duration_s + train.duration_s + sync_estimate(self.model, job, train, rollout)
-        return total / (1 + job.max_staleness)
+        """Job ``j``'s own loop (rollout, train, sync) per cycle on these options (cached: pricing asks often)."""
+        key = (j, train, rollout)
+        if key not in self._loops:
+            job = self.jobs[j]
+            total = rollout.duration_s + train.duration_s + sync_estimate(self.model, job, train, rollout)
+            self._loops[key] = total / (1 + job.max_staleness)
+        return self._loops[key]
 
     def build(self) -> list[Candidate]:
         out: list[Candidate] = []
@@ -158,6 +149,9 @@ class CandidateBuilder:
                 continue
             configs = self._configs(group)
             out.extend(configs)
+            if (self.budget is not None and len(out) > self.budget) or \
+                    (self.deadline is not None and time.perf_counter() > self.deadline):
+                raise EnumerationBudget(f"more than {len(out)} candidates")
             if len(group) < self.k:
                 self._grow(group, out)
 
@@ -254,55 +248,8 @@ def class_layout(opts: list[PhaseOption], cap: float, node_mem_gb: float) -> tup
     return None if best is None else best[1]
 
 
-# ----- master -------------------------------------------------------------------------------
-def solve_master(candidates: list[Candidate], job_ids: list[int], topo: Topology, banned: set[int],
-                 time_limit_s: float, threads: int, hint: list[int] | None = None
-                 ) -> tuple[str, list[int], float | None, float | None]:
-    cp = cp_model.CpModel()
-    x = {i: cp.new_bool_var(f"c{i}") for i in range(len(candidates)) if i not in banned}
-    covers: dict[int, list] = {j: [] for j in job_ids}
-    usage: dict[str, list] = {}
-    for i, var in x.items():
-        for j in candidates[i].jobs:
-            covers[j].append(var)
-        for cluster, n in candidates[i].nodes:
-            usage.setdefault(cluster, []).append(n * var)
-    for j, vars_ in covers.items():
-        cp.add_exactly_one(vars_)
-    for cluster, terms in usage.items():
-        cp.add(sum(terms) <= topo.clusters[cluster].nodes)
-    cents = {i: int(round(candidates[i].cost * 100)) for i in x}
-    cp.minimize(sum(cents[i] * var for i, var in x.items()))
-    for i in hint or []:
-        if i in x:
-            cp.add_hint(x[i], 1)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, time_limit_s)
-    solver.parameters.num_workers = max(1, threads)
-    status = solver.solve(cp)
-    name = solver.status_name(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return name, [], None, None
-    chosen = [i for i, var in x.items() if solver.value(var)]
-    return name, chosen, solver.objective_value / 100, solver.best_objective_bound / 100
-
-
 # ----- decoding -----------------------------------------------------------------------------
-class NodeAllocator:
-    def __init__(self, topo: Topology):
-        self.topo = topo
-        self.next = {c: 0 for c in topo.clusters}
-
-    def take(self, cluster: str, count: int) -> list[str]:
-        nodes = self.topo.nodes_in(cluster=cluster)
-        start = self.next[cluster]
-        if start + count > len(nodes):
-            raise RuntimeError(f"cluster {cluster} has no {count} free nodes left")
-        self.next[cluster] = start + count
-        return [n.id for n in nodes[start:start + count]]
-
-
-def candidate_members(model: PlanningModel, cand: Candidate, alloc: NodeAllocator) -> tuple[list[Member], list[str]]:
+def candidate_members(model: PlanningModel, cand: Candidate, alloc) -> tuple[list[Member], list[str]]:
     topo = model.topology
     train_nodes = alloc.take(cand.train.cluster, cand.train.nodes)
     train_gpus = [g for n in train_nodes for g in topo.node(n).gpu_ids][:cand.train.gpus]
@@ -334,7 +281,7 @@ def group_plan(model: PlanningModel, name: str, members: list[Member], nodes: li
             PhaseSlot(phase="sync", start_s=ph["sync"].start_s, duration_s=ph["sync"].duration_s,
                       gpus=list(m.rollout_gpus)),
         ]
-        job_plans.append(JobPlan(name=m.job.name, solo_iteration_s=model.solo[m.job.name], iteration_s=tt.cycle_s,
+        job_plans.append(JobPlan(name=m.job.name, solo_iteration_s=model.solo_of(m.job), iteration_s=tt.cycle_s,
                                  slo=m.job.slo, phases=slots))
     return GroupPlan(name=name, cycle_s=tt.cycle_s, nodes=nodes, jobs=job_plans,
                      usd_per_hour=round(topo.cost_usd_per_hour(nodes), 6))
@@ -358,72 +305,12 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
     return total
 
 
-def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s: float = 60.0, threads: int = 2,
-                 progress: Progress | None = None) -> OptimalResult:
-    started = time.perf_counter()
-    deadline = started + time_limit_s
-    jobs = model.jobs.jobs
-    rejected, job_ids = _admissible(model)
-    say = progress or (lambda _msg: None)
-    builder = CandidateBuilder(model, job_ids, max_group_size)
-    candidates = builder.build()
-    say(f"{len(candidates)} candidate groups")
-    banned: set[int] = set()
-    verified: dict[int, tuple[list[Member], list[str], Timetable]] = {}
-    result = OptimalResult(plan=None, candidates=len(candidates), complete=builder.complete)  # type: ignore[arg-type]
-    chosen: list[int] = []
-    status, objective, bound = "OPTIMAL", 0.0, 0.0
-    while job_ids:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            status = "UNKNOWN"
-            break
-        status, chosen, objective, bound = solve_master(candidates, job_ids, model.topology, banned, left, threads,
-                                                        hint=chosen)
-        result.master_solves += 1
-        if not chosen:
-            break
-        alloc = NodeAllocator(model.topology)
-        failed = False
-        for i in chosen:
-            members, nodes = candidate_members(model, candidates[i], alloc)
-            tt = solve_timetable(model, members, time_limit_s=max(0.5, min(10.0, deadline - time.perf_counter())),
-                                 threads=threads)
-            if not tt.ok:
-                banned.add(i)
-                result.timetable_failures += 1
-                failed = True
-                spare = builder.reserve.get(candidates[i].jobs)
-                if spare:
-                    candidates.append(spare.pop(0))
-            else:
-                verified[i] = (members, nodes, tt)
-        say(f"master {result.master_solves}: ${objective:,.2f}/h, bound ${bound:,.2f}/h")
-        if not failed:
-            break
-    wall = time.perf_counter() - started
-    if job_ids and (not chosen or any(i not in verified for i in chosen)):
-        raise NoPlanInTime(f"no feasible plan found within {time_limit_s:g} s (solver status {status})")
-    groups = []
-    for gi, i in enumerate(sorted(chosen, key=lambda i: candidates[i].jobs)):
-        members, nodes, tt = verified[i]
-        groups.append(group_plan(model, f"g{gi}", members, nodes, tt))
-    cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
-    lb = bound if (builder.complete and bound is not None) else None
-    lb = max(lb or 0.0, work_lower_bound(model, job_ids))
-    lb = min(lb, cost)
-    gap = (cost - lb) / cost if cost > 0 else 0.0
-    solver = SolverInfo(name="cpsat", status=status if job_ids else "OPTIMAL", wall_s=round(wall, 3),
-                        gap=round(gap, 6), objective=cost, bound=round(lb, 6),
-                        note=None if builder.complete else "candidate enumeration truncated; bound is the work bound")
-    result.plan = Plan(policy="optimal", objective="cost", quantile=model.quantile, topology=model.topology.name,
-                       cost_usd_per_hour=cost, lower_bound_usd_per_hour=round(lb, 6), solver=solver, groups=groups,
-                       rejected=rejected, elastic=DEFAULT_ELASTIC)
-    return result
-
-
 class NoPlanInTime(RuntimeError):
     pass
+
+
+class EnumerationBudget(RuntimeError):
+    """Too many candidate groups to enumerate within the budget."""
 
 
 def _admissible(model: PlanningModel) -> tuple[list[Rejection], list[int]]:

@@ -107,7 +107,7 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
         lb = max(lb, sum(dur[n][k] + sw[(n, k)] for n, k in phases))
     ub = sum(d + sw.get((n, k), 0) for n in names for k, d in dur[n].items()) + 1
     if enforce_slo:
-        ub = min(ub, min(int(math.floor(m.job.slo * model.solo[m.job.name] * MS + 1e-6)) for m in members))
+        ub = min(ub, min(int(math.floor(m.job.slo * model.solo_of(m.job) * MS + 1e-6)) for m in members))
     if cycle_cap_s is not None:
         ub = min(ub, int(math.floor(cycle_cap_s * MS)))
     if lb > ub:

@@ -68,3 +68,20 @@ PRESETS: dict[str, Callable[[], TopologySpec]] = {
     "a100-32": a100_32,
     "local": local,
 }
+
+
+def scaled(spec: TopologySpec, factor: int) -> TopologySpec:
+    """The same clusters with ``factor`` times the nodes (preset names ``<preset>-x<factor>``, e.g.
+    ``weave-testbed-x3``: larger generated topologies for planning at scale)."""
+    clusters = [c.model_copy(update={"nodes": c.nodes * factor}) for c in spec.clusters]
+    return spec.model_copy(update={"name": f"{spec.name}-x{factor}", "clusters": clusters})
+
+
+def preset_spec(name: str) -> TopologySpec | None:
+    """The preset called ``name`` (or a scaled one, ``<preset>-x<N>``), None if there is none."""
+    if name in PRESETS:
+        return PRESETS[name]()
+    base, sep, factor = name.rpartition("-x")
+    if sep and base in PRESETS and factor.isdigit() and int(factor) >= 1:
+        return scaled(PRESETS[base](), int(factor))
+    return None

@@ -16,7 +16,7 @@ import networkx as nx
 from pydantic import ValidationError
 
 from topology.catalog import BUILTIN_GPU_TYPES, GpuType
-from topology.presets import PRESETS
+from topology.presets import PRESETS, preset_spec
 from topology.spec import ClusterSpec, TopologySpec
 from weave.errors import InputError, from_validation_error
 from weave.yamlio import load_yaml_file
@@ -192,13 +192,16 @@ class Topology:
 
 # ----- loading ------------------------------------------------------------------------------
 def load_topology(source: str | Path) -> Topology:
-    """A preset name (``weave-testbed``, ``a100-32``, ``local``) or a topology YAML file."""
+    """A preset name (``weave-testbed``, ``a100-32``, ``local``, or ``<preset>-x<N>`` for N times its
+    nodes) or a topology YAML file."""
     text = str(source)
-    if text in PRESETS:
-        return Topology(PRESETS[text](), source=f"preset {text}")
+    spec = preset_spec(text)
+    if spec is not None:
+        return Topology(spec, source=f"preset {text}")
     path = Path(text)
     if not path.exists() and path.suffix not in (".yaml", ".yml") and "/" not in text:
-        raise InputError(text, None, f"unknown topology preset (presets: {', '.join(PRESETS)}) and no such file")
+        raise InputError(text, None, f"unknown topology preset (presets: {', '.join(PRESETS)}, "
+                         "or <preset>-x<N>) and no such file")
     data = load_yaml_file(path)
     return topology_from_data(data, str(path))
 

@@ -1,0 +1,297 @@
+"""Set partitioning over co-execution groups at scale: column generation for the bound, an integer
+master over the generated columns for the plan.
+
+Master (every job covered once or rejected; nodes per cluster within the topology)::
+
+    min  sum_G (cost_G + extra_G) x_G + M sum_j r_j
+    s.t. sum_{G ∋ j} x_G + r_j = 1          (pi_j)      for every job j
+         sum_G nodes_c(G) x_G <= N_c        (mu_c <= 0) for every cluster c
+
+``M`` (the topology's whole $/h plus one) makes placing one more job worth more than any saving,
+so the master places as many jobs as it can and then minimises cost.
+
+- The LP relaxation is solved with GLOP (OR-Tools), columns added in place.
+- Pricing: a greedy heuristic here while it finds columns, then the exact search of
+  planner/pricing.py, which also proves a bound on the most negative reduced cost ``rc_lb``.
+- Lower bound (Lagrangian, valid at every proven pricing): ``LP + K * min(0, rc_lb)``, ``K`` an upper
+  bound on the number of groups of an optimal plan; it equals the LP optimum once pricing proves
+  that no column improves.
+- The integer master over the generated columns: CP-SAT, or CBC through PuLP.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from ortools.linear_solver import pywraplp
+from ortools.sat.python import cp_model
+
+from planner.columns import Column, Incumbent
+from planner.optimal import Candidate, CandidateBuilder, PhaseOption
+from topology.topology import Topology
+
+SCALE = 10_000  # CP-SAT objective unit: 1e-4 $/h
+EPS = 1e-6
+
+
+def reject_penalty(topo: Topology) -> float:
+    return round(topo.cost_usd_per_hour() + 1.0, 2)
+
+
+def max_groups(topo: Topology, n_jobs: int, incumbent: float | None = None) -> int:
+    """Groups in an optimal plan: at most one per job; every group holds a training pool and rollout
+    nodes apart from it (two nodes or more); and the plan costs no more than the incumbent."""
+    k = min(n_jobs, sum(c.nodes for c in topo.clusters.values()) // 2)
+    cheapest = 2 * min(c.gpus_per_node * topo.gpu_types[c.gpu_type].usd_per_hour for c in topo.clusters.values())
+    if incumbent is not None and cheapest > 0:
+        k = min(k, int(incumbent // cheapest))
+    return max(1, k)
+
+
+# ----- LP master -----------------------------------------------------------------------------
+class LpMaster:
+    def __init__(self, job_ids: list[int], topo: Topology, penalty: float):
+        self.solver = pywraplp.Solver.CreateSolver("GLOP")
+        self.cover = {j: self.solver.Constraint(1, 1, f"job{j}") for j in job_ids}
+        self.capacity = {c: self.solver.Constraint(-self.solver.infinity(), spec.nodes, f"nodes.{c}")
+                         for c, spec in topo.clusters.items()}
+        self.objective = self.solver.Objective()
+        self.objective.SetMinimization()
+        self.vars: list = []
+        for j in job_ids:
+            r = self.solver.NumVar(0, self.solver.infinity(), f"reject{j}")  # no upper bound: its dual would enter the bound
+            self.cover[j].SetCoefficient(r, 1)
+            self.objective.SetCoefficient(r, penalty)
+
+    def add(self, column: Column) -> None:
+        var = self.solver.NumVar(0, self.solver.infinity(), f"x{len(self.vars)}")
+        for j in column.jobs:
+            self.cover[j].SetCoefficient(var, 1)
+        for c, n in column.nodes:
+            self.capacity[c].SetCoefficient(var, n)
+        self.objective.SetCoefficient(var, column.objective)
+        self.vars.append(var)
+
+    def solve(self) -> tuple[float, dict[int, float], dict[str, float]]:
+        status = self.solver.Solve()
+        if status != pywraplp.Solver.OPTIMAL:
+            raise RuntimeError(f"LP master not optimal (status {status})")
+        pi = {j: row.dual_value() for j, row in self.cover.items()}
+        mu = {c: min(0.0, row.dual_value()) for c, row in self.capacity.items()}
+        return self.objective.Value(), pi, mu
+
+    def values(self) -> list[float]:
+        return [v.solution_value() for v in self.vars]
+
+    def dive(self, deadline: float) -> list[int] | None:
+        """Round the LP by diving: fix the columns at (nearly) one and the largest fractional one,
+        solve again, until the solution is integral. Returns the chosen columns, or None when time
+        ran out. Leaves the fixings in place (the LP is not used after this)."""
+        while time.perf_counter() < deadline:
+            if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
+                return None
+            x = self.values()
+            fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
+            if not fractional:
+                return [i for i, v in enumerate(x) if v > 0.5]
+            fix = [i for i in fractional if x[i] > 0.9] or [max(fractional, key=lambda i: x[i])]
+            for i in fix:
+                self.vars[i].SetLb(1)
+        return None
+
+
+# ----- pricing heuristic (the exact pricing is planner/pricing.py) -----------------------------
+@dataclass
+class _Class:
+    cluster: str
+    width: int
+    members: list[int]  # positions in the group
+    busy: list[float]  # per member: rollout duration, and its switch
+    mem: float
+
+
+def price_greedy(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, float], *, extra: dict[int, float],
+                 seeds: int = 60, max_columns: int = 200) -> list[Candidate]:
+    """Fast pricing heuristic: from each of the most valuable jobs, add the job of best value minus
+    added node cost while the group stays load-feasible (the rules of ``price_groups``); every
+    group of negative reduced cost met on the way is a column. Proves nothing; CP-SAT does that."""
+    node_price = {c: builder.price[c] - mu.get(c, 0.0) for c in builder.price}
+    value = {j: pi[j] - extra.get(j, 0.0) for j in builder.job_ids}
+    found: dict[tuple, tuple[float, Candidate]] = {}
+    keys: dict[tuple, list[int]] = {}
+    for j in builder.job_ids:
+        if value[j] > EPS:
+            for t in builder.train_opts[j]:
+                keys.setdefault((t.gpu_type, t.cluster, t.gpus), []).append(j)
+    for key, members in keys.items():
+        trains = {j: next(t for t in builder.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in members}
+        members.sort(key=lambda j: -value[j])
+        for seed in members[:seeds]:
+            for first in builder.rollout_opts[seed]:
+                _grow_greedy(builder, key, trains, members, value, node_price, seed, first, found)
+    ranked = sorted(found.values(), key=lambda item: item[0])
+    return [cand for _, cand in ranked[:max_columns]]
+
+
+def _grow_greedy(builder, key, trains, pool, value, node_price, seed, first, found) -> None:
+    topo = builder.topo
+    train_cluster = key[1]
+    train_mem_cap = topo.clusters[train_cluster].host_mem_gb
+    if builder.loop_s(seed, trains[seed], first) > builder.cap[seed] + 1e-9:
+        return
+    group, rollouts = [seed], [first]
+    classes = [_Class(first.cluster, first.nodes, [0], [first.duration_s + first.switch_s], first.host_mem_gb)]
+    cap = builder.cap[seed]
+    max_loop = builder.loop_s(seed, trains[seed], first)  # every member's loop must fit the group's cap
+    train_busy = trains[seed].duration_s + trains[seed].switch_s
+    train_mem = trains[seed].host_mem_gb
+    fixed = node_price[train_cluster] * trains[seed].nodes
+    rollout_cost = node_price[first.cluster] * first.nodes
+    gain = value[seed]
+    while len(group) < builder.k:
+        best = None
+        for j in pool:
+            if j in group:
+                continue
+            new_cap = min(cap, builder.cap[j])
+            t = trains[j]
+            if max_loop > new_cap + 1e-9 or train_busy + t.duration_s + t.switch_s > new_cap + 1e-9 or train_mem + t.host_mem_gb > train_mem_cap:
+                continue
+            if any(sum(c.busy) > new_cap + 1e-9 for c in classes if len(c.members) > 1):
+                continue
+            for o in builder.rollout_opts[j]:
+                if builder.loop_s(j, t, o) > new_cap + 1e-9:
+                    continue
+                # Join the first class it fits in (no added nodes), else open a class.
+                target, added = None, node_price[o.cluster] * o.nodes
+                for ci, c in enumerate(classes):
+                    if c.cluster != o.cluster or c.width != o.nodes:
+                        continue
+                    busy = sum(c.busy) + o.duration_s + o.switch_s
+                    if busy <= new_cap + 1e-9 and c.mem + o.host_mem_gb <= topo.clusters[o.cluster].host_mem_gb:
+                        target, added = ci, 0.0
+                        break
+                score = value[j] - added
+                if best is None or score > best[0]:
+                    best = (score, j, o, target, new_cap, builder.loop_s(j, t, o))
+        if best is None or best[0] <= EPS:
+            return
+        _, j, o, target, cap, loop = best
+        max_loop = max(max_loop, loop)
+        group.append(j)
+        rollouts.append(o)
+        train_busy += trains[j].duration_s + trains[j].switch_s
+        train_mem += trains[j].host_mem_gb
+        gain += value[j]
+        if target is None:
+            classes.append(_Class(o.cluster, o.nodes, [len(group) - 1], [o.duration_s + o.switch_s], o.host_mem_gb))
+            rollout_cost += node_price[o.cluster] * o.nodes
+        else:
+            c = classes[target]
+            c.members.append(len(group) - 1)
+            c.busy.append(o.duration_s + o.switch_s)
+            c.mem += o.host_mem_gb
+        reduced = fixed + rollout_cost - gain
+        if reduced < -EPS:
+            order = sorted(range(len(group)), key=lambda p: group[p])
+            where = {p: i for i, p in enumerate(order)}
+            cand = make_candidate(builder, [group[p] for p in order], trains[group[0]],
+                                  [rollouts[p] for p in order], [sorted(where[p] for p in c.members) for c in classes])
+            if cand not in found or reduced < found[cand][0]:
+                found[cand] = (reduced, cand)
+
+
+def make_candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, rollouts: list[PhaseOption],
+                   classes: list[list[int]]) -> Candidate:
+    nodes: dict[str, int] = {train.cluster: train.nodes}
+    for cls in classes:
+        cluster = rollouts[cls[0]].cluster
+        nodes[cluster] = nodes.get(cluster, 0) + max(rollouts[i].nodes for i in cls)
+    cost = sum(builder.price[c] * n for c, n in nodes.items())
+    return Candidate(tuple(jobs), train, tuple(rollouts), tuple(tuple(c) for c in classes),
+                     tuple(0 for _ in jobs), round(cost, 6), tuple(sorted(nodes.items())))
+
+
+# ----- integer master ----------------------------------------------------------------------------
+@dataclass
+class IntegerResult:
+    status: str
+    chosen: list[int]
+    rejected: list[int]
+    objective: float | None
+    bound: float | None  # valid for the columns given; None when the solver does not report one
+
+
+def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int], penalty: float,
+                  time_limit_s: float, threads: int, solver: str = "cpsat", hint: Incumbent | None = None
+                  ) -> IntegerResult:
+    if solver == "pulp":
+        return _solve_integer_pulp(columns, job_ids, topo, banned=banned, penalty=penalty,
+                                   time_limit_s=time_limit_s, threads=threads)
+    cp = cp_model.CpModel()
+    x = {i: cp.new_bool_var(f"c{i}") for i in range(len(columns)) if i not in banned}
+    r = {j: cp.new_bool_var(f"r{j}") for j in job_ids}
+    covers: dict[int, list] = {j: [r[j]] for j in job_ids}
+    usage: dict[str, list] = {}
+    for i, var in x.items():
+        for j in columns[i].jobs:
+            covers[j].append(var)
+        for cluster, n in columns[i].nodes:
+            usage.setdefault(cluster, []).append(n * var)
+    for vars_ in covers.values():
+        cp.add_exactly_one(vars_)
+    for cluster, terms in usage.items():
+        cp.add(sum(terms) <= topo.clusters[cluster].nodes)
+    cents = {i: int(round(columns[i].objective * 100)) for i in x}
+    big = int(round(penalty * 100))
+    cp.minimize(sum(cents[i] * var for i, var in x.items()) + big * sum(r.values()))
+    if hint is not None:
+        chosen = set(hint.columns)
+        for i, var in x.items():
+            cp.add_hint(var, int(i in chosen))
+        for j, var in r.items():
+            cp.add_hint(var, int(j in hint.rejected))
+    sat = cp_model.CpSolver()
+    sat.parameters.max_time_in_seconds = max(0.1, time_limit_s)
+    sat.parameters.num_workers = max(1, threads)
+    status = sat.solve(cp)
+    name = sat.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return IntegerResult(name, [], [], None, None)
+    return IntegerResult(name, [i for i, v in x.items() if sat.value(v)], [j for j, v in r.items() if sat.value(v)],
+                         sat.objective_value / 100, sat.best_objective_bound / 100)
+
+
+def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int],
+                        penalty: float, time_limit_s: float, threads: int) -> IntegerResult:
+    import pulp
+
+    prob = pulp.LpProblem("weave_master", pulp.LpMinimize)
+    x = {i: pulp.LpVariable(f"c{i}", cat="Binary") for i in range(len(columns)) if i not in banned}
+    r = {j: pulp.LpVariable(f"r{j}", cat="Binary") for j in job_ids}
+    prob += pulp.lpSum(columns[i].objective * v for i, v in x.items()) + penalty * pulp.lpSum(r.values())
+    covers: dict[int, list] = {j: [r[j]] for j in job_ids}
+    usage: dict[str, list] = {}
+    for i, var in x.items():
+        for j in columns[i].jobs:
+            covers[j].append(var)
+        for cluster, n in columns[i].nodes:
+            usage.setdefault(cluster, []).append(n * var)
+    for j, vars_ in covers.items():
+        prob += pulp.lpSum(vars_) == 1, f"cover{j}"
+    for cluster, terms in usage.items():
+        prob += pulp.lpSum(terms) <= topo.clusters[cluster].nodes, f"nodes_{cluster}"
+    cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), threads=max(1, threads))
+    started = time.perf_counter()
+    prob.solve(cbc)
+    del started
+    if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return IntegerResult(pulp.LpStatus[prob.status].upper(), [], [], None, None)
+    optimal = prob.sol_status == pulp.LpSolutionOptimal
+    objective = pulp.value(prob.objective) or 0.0
+    return IntegerResult("OPTIMAL" if optimal else "FEASIBLE",
+                         [i for i, v in x.items() if (v.value() or 0) > 0.5],
+                         [j for j, v in r.items() if (v.value() or 0) > 0.5],
+                         objective, objective if optimal else None)

@@ -1,0 +1,129 @@
+"""Columns of the set-partitioning master: one possible co-execution group each.
+
+A column covers a set of jobs and holds whole nodes per cluster at a $/h cost. Three kinds:
+- a ``Candidate`` (planner/optimal.py): a group structure (shared train pool, rollout classes) that
+  is laid out on any free nodes when it is chosen;
+- a *template*: an existing group of some plan (the weave heuristic's, or the plan given with
+  ``--from``) moved as a block onto free nodes of the same clusters; nodes of one cluster are
+  identical, so the layout stays valid and only its timetable is recomputed for the current profiles;
+- a *pinned* group: an existing group kept on its own nodes (``replan`` keeps unmoved jobs where
+  they are).
+
+``extra`` is cost that is not $/h of nodes, e.g. the migration charge of jobs a column would move;
+the master minimises ``cost + extra`` and plans report ``cost``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.model import PlanningModel
+from planner.plan import GroupPlan
+from planner.roundrobin import round_robin_timetable
+from planner.timetable import Member, PhaseTime, Timetable, solve_timetable
+from topology.topology import Topology, node_of
+
+SLO_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Column:
+    jobs: tuple[int, ...]  # job indices (positions in the model's JobSet), sorted
+    nodes: tuple[tuple[str, int], ...]  # (cluster, node count)
+    cost: float  # $/h of the nodes
+    candidate: object | None = None  # planner.optimal.Candidate
+    template: GroupPlan | None = None
+    pinned: bool = False
+    extra: float = 0.0
+
+    @property
+    def objective(self) -> float:
+        return self.cost + self.extra
+
+    @property
+    def key(self) -> tuple:
+        """Identity for de-duplication: same jobs, same structure."""
+        if self.template is not None:
+            return ("pinned" if self.pinned else "template", self.jobs, tuple(self.template.nodes) if self.pinned
+                    else self.nodes, tuple((j.name, tuple(tuple(s.gpus) for s in j.phases)) for j in self.template.jobs))
+        return ("candidate", self.candidate)
+
+
+def template_column(model: PlanningModel, group: GroupPlan, *, pinned: bool = False, extra: float = 0.0) -> Column:
+    index = {name: i for i, name in enumerate(model.jobs.names)}
+    topo = model.topology
+    counts: dict[str, int] = {}
+    for n in group.nodes:
+        cluster = topo.node(n).cluster
+        counts[cluster] = counts.get(cluster, 0) + 1
+    return Column(tuple(sorted(index[j.name] for j in group.jobs)), tuple(sorted(counts.items())),
+                  round(topo.cost_usd_per_hour(group.nodes), 6), template=group, pinned=pinned, extra=extra)
+
+
+class FreeNodes:
+    """Whole free nodes per cluster in id order; pinned groups' nodes are reserved up front."""
+
+    def __init__(self, topology: Topology, reserved: set[str] = frozenset()):  # type: ignore[assignment]
+        self.topology = topology
+        self.free = {c: [n.id for n in topology.nodes_in(cluster=c) if n.id not in reserved]
+                     for c in topology.clusters}
+
+    def take(self, cluster: str, count: int) -> list[str]:
+        if len(self.free[cluster]) < count:
+            raise RuntimeError(f"cluster {cluster} has no {count} free nodes left")
+        taken, self.free[cluster] = self.free[cluster][:count], self.free[cluster][count:]
+        return taken
+
+
+def materialize(model: PlanningModel, column: Column, free: FreeNodes) -> tuple[list[Member], list[str]]:
+    """The column's members with concrete GPUs, and its nodes."""
+    if column.candidate is not None:
+        from planner.optimal import candidate_members
+
+        return candidate_members(model, column.candidate, free)  # type: ignore[arg-type]
+    group = column.template
+    assert group is not None
+    if column.pinned:
+        mapping = {n: n for n in group.nodes}
+    else:
+        mapping = {}
+        for n in group.nodes:
+            mapping[n] = free.take(model.topology.node(n).cluster, 1)[0]
+    members = []
+    for job in group.jobs:
+        spec = model.jobs[job.name]
+        gpus = {s.phase: tuple(_move(g, mapping) for g in s.gpus) for s in job.phases if s.phase != "sync"}
+        members.append(Member(spec, gpus["rollout"], gpus["train"]))
+    return members, [mapping[n] for n in group.nodes]
+
+
+def _move(gpu: str, mapping: dict[str, str]) -> str:
+    node, _, index = gpu.rpartition(":")
+    return f"{mapping[node]}:{index}"
+
+
+def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s: float, threads: int) -> Timetable:
+    """Round-robin first (constant time, Weave's meta-iteration); the exact CP-SAT timetable when the
+    round robin misses an SLO. Either way every member's cycle cap is met or the result is not ok."""
+    cap = min(m.job.slo * model.solo_of(m.job) for m in members)
+    rr = round_robin_timetable(model, [(m.job, m.rollout_gpus, m.train_gpus) for m in members])
+    if rr.cycle_s <= cap * (1 + SLO_TOL):
+        phases = {name: {k: PhaseTime(p.start_s, p.duration_s) for k, p in ph.items()} for name, ph in rr.phases.items()}
+        return Timetable("FEASIBLE", rr.cycle_s, phases)
+    if time_limit_s <= 0:
+        return Timetable("UNKNOWN")
+    return solve_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
+
+
+@dataclass
+class Incumbent:
+    """The best integer solution known so far: chosen columns and rejected job indices."""
+
+    columns: list[int] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)
+    objective: float = math.inf
+
+
+def nodes_of_gpus(gpus: list[str]) -> list[str]:
+    return list(dict.fromkeys(node_of(g) for g in gpus))

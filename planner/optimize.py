@@ -1,0 +1,388 @@
+"""The ``optimal`` policy, cost objective: set partitioning over co-execution groups.
+
+1. Columns: the weave heuristic's groups and the groups of a previous plan (``start``) as templates
+   (so the result is never worse than either), pinned groups (``replan`` keeps them), and candidate
+   groups (planner/optimal.py): all of them when the enumeration fits its budget, else those that
+   column generation prices (planner/colgen.py).
+2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
+   cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
+   migration charge. The best known plan is its hint.
+3. Every chosen group gets a timetable: the round robin when it meets every SLO, else the exact
+   CP-SAT timetable (planner/timetable.py). A group without one is banned and the master re-solved.
+
+Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`` and the gap):
+- complete enumeration: the integer master's own bound;
+- otherwise: column generation's Lagrangian bound (equal to the LP optimum once the exact pricing
+  proves that no column improves);
+- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``.
+With rejections the bound is on plans that place as many jobs.
+
+Time: enumeration <= 10 %, column generation <= 75 % of the limit, the integer master and the
+timetables share the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
+the weave policy).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from planner.colgen import LpMaster, make_candidate, max_groups, price_greedy, reject_penalty, solve_integer
+from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
+from planner.model import PlanningModel
+from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
+                             work_lower_bound)
+from planner.pricing import price_exact
+from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
+
+Progress = Callable[[str], None]
+SOLVERS = ("cpsat", "pulp")
+ENUMERATION_BUDGET = 5_000
+
+
+@dataclass
+class OptimalResult:
+    plan: Plan
+    columns: int = 0
+    mode: str = "enumerate"  # enumerate | colgen
+    lp_iterations: int = 0
+    master_solves: int = 0
+    timetable_failures: int = 0
+    complete: bool = True
+    stats: dict = field(default_factory=dict)
+
+
+def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s: float = 60.0, threads: int = 2,
+                 progress: Progress | None = None, solver: str = "cpsat", start: Plan | None = None,
+                 pinned: Sequence[GroupPlan] = (), extra: Mapping[str, float] | None = None,
+                 enumeration_budget: int = ENUMERATION_BUDGET) -> OptimalResult:
+    """Minimum-cost plan. ``pinned`` groups may be kept on their nodes at no extra charge; ``extra``
+    charges a job (by name) whenever it lands anywhere else (``replan``'s migration cost)."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
+    started = time.perf_counter()
+    deadline = started + time_limit_s
+    say = progress or (lambda _msg: None)
+    topo = model.topology
+    rejected, job_ids = _admissible(model)
+    index = {name: i for i, name in enumerate(model.jobs.names)}
+    charge = {index[n]: v for n, v in (extra or {}).items() if n in index}
+    penalty = reject_penalty(topo)
+    result = OptimalResult(plan=None)  # type: ignore[arg-type]
+
+    columns: list[Column] = []
+    seen: dict = {}  # column key -> index
+    allowed = set(job_ids)
+
+    def add(column: Column) -> bool:
+        if column.key in seen or not set(column.jobs) <= allowed:
+            return False
+        seen[column.key] = len(columns)
+        columns.append(column)
+        return True
+
+    # Templates: the heuristic's plan and the previous one are both feasible starting points.
+    incumbents = []
+    for source in _template_sources(model, max_group_size, start):
+        chosen = []
+        for group in source.groups:
+            column = template_column(model, group, extra=sum(charge.get(index[j.name], 0.0) for j in group.jobs))
+            add(column)
+            if column.key in seen:
+                chosen.append(seen[column.key])
+        placed = {j for i in chosen for j in columns[i].jobs}
+        incumbents.append(Incumbent(chosen, [j for j in job_ids if j not in placed]))
+    for group in pinned:
+        if all(j.name in index for j in group.jobs):
+            add(template_column(model, group, pinned=True))
+    say(f"{len(columns)} template groups")
+
+    builder = CandidateBuilder(model, job_ids, max_group_size, budget=enumeration_budget,
+                               deadline=started + 0.1 * time_limit_s)
+    lagrangian, lp_state = None, None
+    try:
+        for cand in builder.build():
+            add(_candidate_column(cand, charge))
+        result.mode = "enumerate" if builder.complete else "colgen"
+        say(f"{len(columns)} columns (complete enumeration)" if builder.complete else "enumeration truncated")
+    except EnumerationBudget:
+        result.mode = "colgen"
+        builder.complete = False
+    hint = min(incumbents, key=lambda inc: _objective(columns, inc, penalty), default=None)
+    banned: set[int] = set()
+    if result.mode == "colgen":
+        for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
+            add(_candidate_column(cand, charge))
+        lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
+                                                  deadline=started + 0.75 * time_limit_s, threads=threads, say=say,
+                                                  incumbent=_objective(columns, hint, penalty) if hint else None)
+    result.columns = len(columns)
+    if lp_state is not None:
+        rounded = _round_lp(columns, lp_state, job_ids, topo)
+        dived = _dive(columns, lp_state, job_ids, topo, penalty, rounded,
+                      deadline=time.perf_counter() + 0.1 * time_limit_s)
+        if dived is not None and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
+            rounded = dived
+        say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
+        if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
+            hint = rounded
+        banned |= _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
+    verified: dict[int, tuple[list, list[str], object]] = {}
+    timetables: dict[int, object] = {}
+    master = None
+    while job_ids:
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            break
+        # The LP bound is already known: the master need not prove much, it must leave time for
+        # the timetables.
+        master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
+                               time_limit_s=min(left * (0.5 if result.master_solves == 0 else 0.3),
+                                                max(1.0, 0.2 * time_limit_s)),
+                               threads=threads, solver=solver, hint=hint)
+        result.master_solves += 1
+        if not master.chosen and len(master.rejected) < len(job_ids):
+            break
+        say(f"master {result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
+        failed = _verify(model, columns, master.chosen, verified, banned, deadline, threads, result, timetables)
+        if failed is None:  # out of time before every group had a timetable
+            master = None
+            break
+        if not failed:
+            break
+        for i in banned:  # a set whose kept configurations all failed gets its next one
+            cand = columns[i].candidate
+            spare = builder.reserve.get(cand.jobs) if cand is not None else None
+            if spare:
+                add(_candidate_column(spare.pop(0), charge))
+        hint = Incumbent([i for i in master.chosen if i not in banned], master.rejected)
+    wall = time.perf_counter() - started
+    if job_ids and (master is None or any(i not in verified for i in master.chosen)):
+        raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s")
+
+    chosen = master.chosen if master else []
+    groups = []
+    order = sorted(chosen, key=lambda i: (not columns[i].pinned, columns[i].jobs))
+    for gi, i in enumerate(order):
+        members, nodes, tt = verified[i]
+        groups.append(group_plan(model, f"g{gi}", members, nodes, tt))
+    cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
+    lost = master.rejected if master else []
+    jobs = model.jobs.jobs
+    rejected = rejected + [Rejection(name=jobs[j].name, reason="no room: the topology's free nodes hold a plan "
+                                     "that places more jobs") for j in lost]
+    lb, note = _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, cost, charge)
+    gap = (cost - lb) / cost if cost > 0 else 0.0
+    status = master.status if master else "OPTIMAL"
+    if status == "OPTIMAL" and gap > 1e-6:
+        status = "FEASIBLE"
+    info = SolverInfo(name=solver, status=status, wall_s=round(wall, 3), gap=round(gap, 6), objective=cost,
+                      bound=round(lb, 6), note=note)
+    result.plan = Plan(policy="optimal", objective="cost", quantile=model.quantile, topology=topo.name,
+                       cost_usd_per_hour=cost, lower_bound_usd_per_hour=round(lb, 6), solver=info, groups=groups,
+                       rejected=rejected, elastic=dict(DEFAULT_ELASTIC))
+    return result
+
+
+def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | None) -> list[Plan]:
+    from planner.baselines import plan_weave
+
+    sources = [plan_weave(model, max_group_size=max_group_size)]
+    if start is not None:
+        known = set(model.jobs.names)
+        groups = [g for g in start.groups if all(j.name in known for j in g.jobs)]
+        sources.append(start.model_copy(update={"groups": groups}))
+    return sources
+
+
+def _singletons(builder: CandidateBuilder) -> list:
+    out = []
+    for j in builder.job_ids:
+        pairs = [(t, o) for t in builder.train_opts[j] for o in builder.rollout_opts[j]
+                 if builder.loop_s(j, t, o) <= builder.cap[j] + 1e-9]
+        if pairs:
+            t, o = min(pairs, key=lambda p: builder.price[p[0].cluster] * p[0].nodes
+                       + builder.price[p[1].cluster] * p[1].nodes)
+            out.append(make_candidate(builder, [j], t, [o], [[0]]))
+    return out
+
+
+def _candidate_column(cand, charge: Mapping[int, float]) -> Column:
+    return Column(cand.jobs, cand.nodes, cand.cost, candidate=cand,
+                  extra=round(sum(charge.get(j, 0.0) for j in cand.jobs), 6))
+
+
+def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
+    return sum(columns[i].objective for i in inc.columns) + penalty * len(inc.rejected)
+
+
+def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
+                       incumbent: float | None = None):
+    """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
+    Returns the best Lagrangian bound (None when no pricing was proven)."""
+    lp = LpMaster(job_ids, model.topology, penalty)
+    for column in columns:
+        lp.add(column)
+    k_groups = max_groups(model.topology, len(job_ids), incumbent)
+    best = -math.inf
+    started = time.perf_counter()
+    rotation: dict = {}
+    value = None
+    greedy = True
+    while time.perf_counter() < deadline:
+        value, pi, mu = lp.solve()
+        result.lp_iterations += 1
+        fresh = []
+        if greedy:
+            fresh = [c for c in (_candidate_column(cand, charge)
+                                 for cand in price_greedy(builder, pi, mu, extra=charge)) if add(c)]
+            greedy = len(fresh) >= 10  # once the heuristic dries up, the exact search takes over
+        how = "greedy"
+        if not fresh:  # search exactly, stopping early while columns abound
+            pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation)
+            if pr.proven:
+                best = max(best, value + k_groups * pr.rc_lower_bound)
+            fresh = [c for c in (_candidate_column(cand, charge) for cand in pr.columns) if add(c)]
+            how = "exact" + (", proven" if pr.proven else "")
+            if not fresh and pr.proven:
+                best = max(best, value)
+                say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal")
+                break
+        for column in fresh:
+            lp.add(column)
+        say(f"column generation {result.lp_iterations}: LP ${value:,.2f}, bound ${best:,.2f}, "
+            f"+{len(fresh)} columns ({how})")
+        if value - best <= 1e-5 * max(1.0, abs(value)):
+            break
+    result.stats["lp_value"] = value
+    state = None
+    if value is not None:
+        value, pi, mu = lp.solve()  # the last columns added too
+        state = LpState(value, pi, mu, lp.values())
+    return (best if best > -math.inf else None), state
+
+
+@dataclass
+class LpState:
+    value: float
+    pi: dict
+    mu: dict
+    x: list[float]
+    dive: list[int] | None = None  # columns of an integral solution found by diving
+
+
+def _reduced_cost(column: Column, state: LpState) -> float:
+    return (column.objective - sum(state.pi[j] for j in column.jobs)
+            - sum(state.mu.get(c, 0.0) * n for c, n in column.nodes))
+
+
+def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -> Incumbent:
+    """A plan from the LP solution: its columns by decreasing value while they fit, then each job left
+    over in its cheapest single-job column that still fits (else rejected)."""
+    left = {c: spec.nodes for c, spec in topo.clusters.items()}
+    covered: set[int] = set()
+    chosen: list[int] = []
+
+    def take(i: int) -> bool:
+        col = columns[i]
+        if covered.intersection(col.jobs) or any(left[c] < n for c, n in col.nodes):
+            return False
+        chosen.append(i)
+        covered.update(col.jobs)
+        for c, n in col.nodes:
+            left[c] -= n
+        return True
+
+    for i in sorted(range(len(state.x)), key=lambda i: -state.x[i]):
+        if state.x[i] < 1e-6:
+            break
+        take(i)
+    singles: dict[int, list[int]] = {}
+    for i, col in enumerate(columns):
+        if len(col.jobs) == 1 and not col.pinned:
+            singles.setdefault(col.jobs[0], []).append(i)
+    for j in job_ids:
+        if j not in covered:
+            for i in sorted(singles.get(j, []), key=lambda i: columns[i].objective):
+                if take(i):
+                    break
+    return Incumbent(chosen, [j for j in job_ids if j not in covered])
+
+
+def _dive(columns: list[Column], state: LpState, job_ids: list[int], topo, penalty: float, rounded: Incumbent,
+          *, deadline: float, size: int = 800) -> Incumbent | None:
+    """Diving on the LP restricted to the columns of least reduced cost (small, so each re-solve is
+    quick), the rounded plan's columns included so that it stays feasible."""
+    rc = sorted(range(len(state.x)), key=lambda i: _reduced_cost(columns[i], state))
+    singles = {i for i, col in enumerate(columns[:len(state.x)]) if len(col.jobs) == 1 and not col.pinned}
+    subset = sorted(set(rc[:size]) | set(rounded.columns) | singles)
+    lp = LpMaster(job_ids, topo, penalty)
+    for i in subset:
+        lp.add(columns[i])
+    chosen = lp.dive(deadline)
+    if chosen is None:
+        return None
+    picked = [subset[k] for k in chosen]
+    covered = {j for i in picked for j in columns[i].jobs}
+    return Incumbent(picked, [j for j in job_ids if j not in covered])
+
+
+def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent,
+               keep_at_most: int = 100_000) -> set[int]:
+    """Columns the integer master may ignore: a plan better than ``upper`` uses only columns of reduced
+    cost at most ``upper - LP`` (exact); beyond that, only the ``keep_at_most`` of least reduced cost
+    stay (a heuristic that keeps the master fast; the bound does not depend on it)."""
+    rc = {i: _reduced_cost(col, state) for i, col in enumerate(columns[:len(state.x)])}
+    keep = sorted((i for i, r in rc.items() if r <= upper - state.value + 1e-6), key=lambda i: rc[i])
+    keep = set(keep[:keep_at_most]) | set(hint.columns)
+    return {i for i in rc if i not in keep}
+
+
+def _verify(model, columns, chosen, verified, banned, deadline, threads, result, timetables) -> bool | None:
+    """Lay out and timetable every chosen column; ban those without a timetable. Returns whether
+    any failed, or None when time ran out first. A column's timetable does not depend on which
+    nodes of its clusters it gets, so ``timetables`` keeps it across master solves."""
+    reserved = {n for i in chosen if columns[i].pinned for n in columns[i].template.nodes}
+    free = FreeNodes(model.topology, reserved)
+    failed = False
+    for i in sorted(chosen, key=lambda i: not columns[i].pinned):
+        members, nodes = materialize(model, columns[i], free)
+        if i not in timetables:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return None
+            tt = group_timetable(model, members, time_limit_s=min(2.0, left), threads=threads)
+            if tt.status == "UNKNOWN" and deadline - time.perf_counter() <= 0:
+                return None
+            timetables[i] = tt
+        tt = timetables[i]
+        if tt.ok:
+            verified[i] = (members, nodes, tt)
+        else:
+            banned.add(i)
+            verified.pop(i, None)
+            result.timetable_failures += 1
+            failed = True
+    return failed
+
+
+def _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, cost, charge):
+    note = None
+    lb = 0.0
+    if result.mode == "enumerate" and master is not None and master.bound is not None:
+        lb = master.bound
+    elif lagrangian is not None:
+        lb = lagrangian
+    else:
+        note = "column generation proved no bound in time: the bound is the work bound"
+    lb -= penalty * len(lost)
+    if charge:  # the master's objective includes migration charges; the plan's cost does not
+        lb -= sum(charge.values())
+    if not lost:
+        lb = max(lb, work_lower_bound(model, job_ids))
+    lb = min(max(lb, 0.0), cost)
+    if master is None and job_ids:
+        note = "no plan verified"
+    return lb, note

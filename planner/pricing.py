@@ -1,0 +1,270 @@
+"""Exact pricing for column generation: the co-execution group of most negative reduced cost.
+
+Reduced cost of a group G under duals ``value_j`` (a job's cover dual minus any migration charge)
+and node prices ``price'_c`` (price minus the node-capacity dual)::
+
+    rc(G) = price'_T * train_nodes + sum over rollout classes price'_c * class_width - sum_{j in G} value_j
+
+Every group has a *leader*: its member of smallest cycle cap ``slo * solo`` (ties by index), which
+fixes the group's cap ``C``. For each training pool and leader, a depth-first search adds members of
+larger cap in order of decreasing value, keeping the training pool's busy time (trains and warm
+switches), host memory and every member's own loop within ``C``. A branch is cut when no completion
+can have a negative reduced cost; the bound uses two facts: each member needs a rollout class at
+least as dear as its cheapest one, and a class of cap ``C`` runs at most ``C`` seconds of rollout per
+cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``. Leaves that pass the
+bound are costed exactly: every choice of rollout options and partition into classes, laid out by
+``class_layout`` (planner/optimal.py), the candidate rules. The search is therefore exact for the
+whole candidate space; when it runs out of time it proves nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, set_partitions
+
+EPS = 1e-6
+TOL = 1e-9
+
+
+@functools.lru_cache(maxsize=None)
+def partitions(n: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Partitions of n members into rollout classes, fewest classes first."""
+    return tuple(sorted((tuple(tuple(c) for c in p) for p in set_partitions(list(range(n)))), key=len))
+
+
+@dataclass
+class Pricing:
+    columns: list[Candidate]
+    rc_lower_bound: float  # no column of the model has a smaller reduced cost (-inf: not proven)
+    proven: bool
+    nodes: int = 0  # search nodes visited
+
+
+def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, float], *,
+                extra: dict[int, float], deadline: float, max_columns: int = 300, stop_after: int | None = None,
+                rotation: dict | None = None) -> Pricing:
+    """All groups of negative reduced cost (the ``max_columns`` most negative) and a proven bound.
+
+    With ``stop_after``, the search stops once it has found that many columns (nothing proven):
+    early column-generation rounds need columns, not proofs. ``rotation`` (kept by the caller)
+    makes the next call start at the leader where this one stopped, so no leader is starved."""
+    node_price = {c: builder.price[c] - mu.get(c, 0.0) for c in builder.price}
+    value = {j: pi[j] - extra.get(j, 0.0) for j in builder.job_ids}
+    found: dict[Candidate, float] = {}
+    rc_min = 0.0
+    for j in builder.job_ids:  # singletons
+        for t in builder.train_opts[j]:
+            for o in builder.rollout_opts[j]:
+                if builder.loop_s(j, t, o) <= builder.cap[j] + TOL:
+                    rc = node_price[t.cluster] * t.nodes + node_price[o.cluster] * o.nodes - value[j]
+                    rc_min = min(rc_min, rc)
+                    if rc < -EPS:
+                        found[_candidate(builder, [j], t, [o], [[0]], [0])] = rc
+    search = _Search(builder, value, node_price, found, deadline, stop_after, rotation if rotation is not None else {})
+    if builder.k >= 2:
+        keys: dict[tuple, list[int]] = {}
+        for j in builder.job_ids:
+            if value[j] > EPS:
+                for t in builder.train_opts[j]:
+                    keys.setdefault((t.gpu_type, t.cluster, t.gpus), []).append(j)
+        for key, pool in sorted(keys.items()):
+            if len(pool) >= 2 and not search.run(key, pool):
+                ranked = sorted(found.items(), key=lambda item: item[1])[:max_columns]
+                return Pricing([c for c, _ in ranked], -math.inf, False, search.visited)
+            if stop_after is not None and len(found) >= stop_after:
+                break
+    ranked = sorted(found.items(), key=lambda item: item[1])[:max_columns]
+    rc_min = min([rc_min, -EPS] + [rc for _, rc in ranked])
+    return Pricing([c for c, _ in ranked], rc_min, True, search.visited)
+
+
+def _candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, rollouts: list[PhaseOption],
+               classes: list[list[int]], offsets: list[int]) -> Candidate:
+    nodes: dict[str, int] = {train.cluster: train.nodes}
+    for cls in classes:
+        cluster = rollouts[cls[0]].cluster
+        nodes[cluster] = nodes.get(cluster, 0) + max(rollouts[i].nodes for i in cls)
+    cost = sum(builder.price[c] * n for c, n in nodes.items())
+    return Candidate(tuple(jobs), train, tuple(rollouts), tuple(tuple(c) for c in classes), tuple(offsets),
+                     round(cost, 6), tuple(sorted(nodes.items())))
+
+
+class _Search:
+    def __init__(self, builder, value, node_price, found, deadline, stop_after, rotation):
+        self.stop_after = stop_after
+        self.rotation = rotation
+        self.b = builder
+        self.value = value
+        self.price = node_price
+        self.found = found
+        self.deadline = deadline
+        self.visited = 0
+        self._classes: dict = {}
+
+    def run(self, key: tuple, pool: list[int]) -> bool:
+        """Search every leader of this training pool; False when out of time."""
+        b = self.b
+        trains = {j: next(t for t in b.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in pool}
+        tau = {j: trains[j].duration_s + trains[j].switch_s for j in pool}
+        train_mem_cap = b.topo.clusters[key[1]].host_mem_gb
+        order = sorted(pool, key=lambda j: (b.cap[j], j))
+        dominates = self._dominance(order, trains)
+        position = {j: i for i, j in enumerate(order)}
+        first = self.rotation.get(key, 0) % len(order)
+        for step in range(len(order)):
+            li = (first + step) % len(order)
+            m = order[li]
+            if self.stop_after is not None and len(self.found) >= self.stop_after:
+                self.rotation[key] = li
+                return False
+            cap = b.cap[m]
+            self._classes = {}
+            opts = {}
+            for j in order[li:]:
+                ok = [o for o in b.rollout_opts[j] if b.loop_s(j, trains[j], o) <= cap + TOL]
+                if ok and (j == m or (tau[m] + tau[j] <= cap + TOL
+                                      and trains[m].host_mem_gb + trains[j].host_mem_gb <= train_mem_cap)):
+                    opts[j] = ok
+            if m not in opts or len(opts) < 2:
+                continue
+            others = [j for j in opts if j != m]
+            if len(others) >= b.k:
+                # A job with k-1 eligible jobs at least as good in every respect is never needed: in
+                # any group, one of them is outside and could take its place at no higher rc.
+                at = np.array([position[j] for j in others])
+                beaten = dominates[np.ix_(at, at)].sum(axis=0)
+                others = [j for j, n in zip(others, beaten) if n < b.k - 1]
+            cands = sorted(others, key=lambda j: -self.value[j])
+            cheapest = {j: min(self.price[o.cluster] * o.nodes for o in opts[j]) for j in opts}
+            area = {j: min(self.price[o.cluster] * o.nodes * o.duration_s / cap for o in opts[j]) for j in opts}
+            v = [self.value[j] for j in cands]
+            u = [max(0.0, self.value[j] - area[j]) for j in cands]
+            top_v = _suffix_top(v, b.k - 1)
+            top_u = _suffix_top(u, b.k - 1)
+            fixed = self.price[key[1]] * trains[m].nodes
+            ctx = (key, trains, tau, train_mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed)
+            if not self._dfs(ctx, [m], 0, tau[m], trains[m].host_mem_gb, self.value[m], area[m], cheapest[m]):
+                self.rotation[key] = li + 1  # the next call starts after this leader
+                return False
+        return True
+
+    def _dominance(self, order: list[int], trains) -> np.ndarray:
+        """``D[a, b]``: job ``order[a]`` is at least as good as ``order[b]`` as a member of any group
+        of this pool: no more train time, switch or memory, the same kind of rollout option and no
+        more rollout time, switch or memory, and at least the value (ties broken by position).
+        Only jobs with one rollout option take part."""
+        b = self.b
+        n = len(order)
+        single = np.array([len(b.rollout_opts[j]) == 1 for j in order])
+        first = [b.rollout_opts[j][0] for j in order]
+        kinds = {}
+        kind = np.array([kinds.setdefault((o.cluster, o.nodes), len(kinds)) for o in first])
+        rows = [np.array(x, dtype=float) for x in (
+            [trains[j].duration_s for j in order], [trains[j].switch_s for j in order],
+            [trains[j].host_mem_gb for j in order], [o.duration_s for o in first], [o.switch_s for o in first],
+            [o.host_mem_gb for o in first], [-self.value[j] for j in order])]
+        better = np.ones((n, n), dtype=bool)
+        strict = np.zeros((n, n), dtype=bool)
+        for row in rows:
+            better &= row[:, None] <= row[None, :] + TOL
+            strict |= row[:, None] < row[None, :] - TOL
+        index = np.arange(n)
+        better &= strict | (index[:, None] < index[None, :])
+        better &= (kind[:, None] == kind[None, :]) & single[:, None] & single[None, :]
+        np.fill_diagonal(better, False)
+        return better
+
+    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class) -> bool:
+        key, trains, tau, mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed = ctx
+        self.visited += 1
+        if self.visited % 2000 == 0 and time.perf_counter() > self.deadline:
+            return False
+        if self.stop_after is not None and len(self.found) >= self.stop_after:
+            return False
+        if len(group) >= 2 and fixed - gain + max(min_class, area_sum) < -EPS:
+            self._leaf(ctx, group)
+        room = self.b.k - len(group)
+        if room == 0:
+            return True
+        for i in range(start, len(cands)):
+            j = cands[i]
+            if busy + tau[j] > cap + TOL or mem + trains[j].host_mem_gb > mem_cap:
+                continue
+            g2, a2, c2 = gain + self.value[j], area_sum + area[j], max(min_class, cheapest[j])
+            left = room - 1
+            bound = fixed - g2 + max(c2 - top_v[i + 1][left], a2 - top_u[i + 1][left])
+            if bound >= -EPS:
+                continue
+            if not self._dfs(ctx, group + [j], i + 1, busy + tau[j], mem + trains[j].host_mem_gb, g2, a2, c2):
+                return False
+        return True
+
+    def _leaf(self, ctx, group: list[int]) -> None:
+        """Exact cost of the group: best rollout options and classes under the candidate rules."""
+        key, trains, tau, mem_cap, cap, opts, *_ , fixed = ctx
+        b = self.b
+        jobs = sorted(group)
+        gain = sum(self.value[j] for j in jobs)
+        budget = gain - fixed  # rollout classes must cost less than this for a negative rc
+        if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs):
+            # One-node rollouts: at least ceil(total rollout time / cap) classes.
+            need = math.ceil(sum(opts[j][0].duration_s for j in jobs) / cap - 1e-9)
+            if need * min(self.price[opts[j][0].cluster] for j in jobs) >= budget - EPS:
+                return
+        best = None
+        for rollouts in itertools.product(*[opts[j] for j in jobs]):
+            for part in partitions(len(jobs)):
+                cost, offsets, nodes = 0.0, [0] * len(jobs), {key[1]: trains[jobs[0]].nodes}
+                for cls in part:
+                    fit = self._class(cap, tuple((jobs[i], rollouts[i]) for i in cls))
+                    if fit is None:
+                        break
+                    cluster, width, layout = fit
+                    cost += self.price[cluster] * width
+                    if cost >= budget - EPS or (best is not None and cost - gain + fixed >= best[0]):
+                        break
+                    nodes[cluster] = nodes.get(cluster, 0) + width
+                    for i, first in zip(cls, layout):
+                        offsets[i] = first
+                else:
+                    if all(n <= b.topo.clusters[c].nodes for c, n in nodes.items()):
+                        best = (fixed + cost - gain, rollouts, part, offsets)
+        if best is not None and best[0] < -EPS:
+            rc, rollouts, part, offsets = best
+            cand = _candidate(b, jobs, trains[jobs[0]], list(rollouts), [list(c) for c in part], offsets)
+            self.found[cand] = min(rc, self.found.get(cand, rc))
+
+    def _class(self, cap: float, members: tuple) -> tuple[str, int, tuple[int, ...]] | None:
+        """(cluster, width, layout) of one rollout class at this cap, or None; cached per leader."""
+        key = (cap, members)
+        if key not in self._classes:
+            chosen = [o for _, o in members]
+            cluster = chosen[0].cluster
+            fit = None
+            if all(o.cluster == cluster for o in chosen):
+                layout = class_layout(chosen, cap, self.b.topo.clusters[cluster].host_mem_gb)
+                if layout is not None:
+                    fit = (cluster, max(o.nodes for o in chosen), layout)
+            self._classes[key] = fit
+        return self._classes[key]
+
+
+def _suffix_top(values: list[float], k: int) -> list[list[float]]:
+    """``out[i][n]``: the sum of the ``n`` largest of ``values[i:]`` (n = 0..k), each at least 0."""
+    out = [[0.0] * (k + 1) for _ in range(len(values) + 1)]
+    top: list[float] = []
+    for i in range(len(values) - 1, -1, -1):
+        top = sorted(top + [max(0.0, values[i])], reverse=True)[:k]
+        sums = [0.0]
+        for x in top:
+            sums.append(sums[-1] + x)
+        sums += [sums[-1]] * (k + 1 - len(sums))
+        out[i] = sums
+    return out
