@@ -93,6 +93,7 @@ class Controller:
         self.model = PlanningModel(topology, jobs, plan.quantile)
         self.default_iterations = iterations
         self.plan = plan
+        self.target = plan  # the latest plan asked for (it may still wait for a cycle boundary)
         self.schedules: dict[str, JobSchedule] = {}
         self.job_plans: dict[str, tuple[GroupPlan, JobPlan]] = {}
         self.state: dict[str, JobState] = {}
@@ -518,8 +519,13 @@ class Controller:
         self.kick(sorted(set(touched)))
 
     def _wake(self, job: str) -> None:
-        _, jp = self.job_plans[job]
-        self.kick(jp.phase("rollout").gpus)
+        """The migration delay is over: a rollout warmed meanwhile may start."""
+        if job not in self.job_plans:
+            return
+        for key, run in list(self.runs.items()):
+            if key[0] == job:
+                self._advance(run)
+        self.kick(self.job_plans[job][1].phase("rollout").gpus)
 
     def add_job(self, spec: JobSpec) -> None:
         """Make a job known (trace arrivals) before a plan that places it is applied."""
@@ -539,6 +545,7 @@ class Controller:
 
     def apply_plan(self, plan: Plan, *, delays: dict[str, float] | None = None, reason: str = "replan") -> None:
         """Switch to ``plan`` at the cycle boundary of each group it changes (see module doc)."""
+        self.target = plan
         if self.pending is not None:
             self.queued_plans.append((plan, dict(delays or {}), reason))
             return
@@ -651,7 +658,14 @@ class Controller:
     def _next_queued(self) -> None:
         if self.queued_plans and self.pending is None:
             plan, delays, reason = self.queued_plans.pop(0)
+            target = self.target
             self.apply_plan(plan, delays=delays, reason=reason)
+            self.target = target
+
+    def live_jobs(self) -> JobSet:
+        """Jobs of the latest plan that have not finished (what a replan must cover)."""
+        return JobSet(jobs=[self.specs[j] for j in self.target.jobs
+                            if j not in self.state or not self.state[j].finished])
 
     def _busy(self, job: str) -> bool:
         st = self.state[job]

@@ -15,7 +15,9 @@ measured / expected duration, where *measured* is the phase's duration on its pl
 ``width_s`` of its record) and *expected* is the mean of the job's current profile on those GPUs.
 (The plan's own durations are a high quantile, so comparing with them would flag every noisy job
 as faster than planned.) When ``|EWMA - 1| > threshold`` for ``k`` consecutive iterations of that
-phase, the job is reported once and its EWMA restarts.
+phase (and at least ``min_samples`` iterations, so that the refit has data), the job is reported
+once and its EWMA restarts. ``alpha`` defaults to 0.3: with 10% noise the EWMA then wanders by
+about 4%, so a 15% threshold is not crossed by noise alone.
 
 Replanning (``DriftReplanner``): refit the job's profile from its records since the drift showed
 (at most the last ``window`` iterations; ``profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
@@ -136,7 +138,8 @@ class DriftDetector:
     expected: Callable[[str, str, int, str], float]  # (job, phase, gpus, gpu_type) -> profile mean there
     threshold: float = 0.15
     k: int = 3
-    alpha: float = 0.5
+    alpha: float = 0.3
+    min_samples: int = 5  # drifted iterations needed before refitting (a 3-sample fit is mostly noise)
     tracks: dict[tuple[str, str], _Track] = field(default_factory=dict)
 
     def observe(self, row: dict) -> tuple[str, str, float, int] | None:
@@ -151,7 +154,7 @@ class DriftDetector:
             tr.over += 1
         else:
             tr.over = 0
-        if tr.over >= self.k:
+        if tr.over >= max(self.k, self.min_samples):
             hit = (row["job"], row["phase"], tr.ewma, tr.since)
             self.tracks[(row["job"], row["phase"])] = _Track()
             return hit
@@ -173,15 +176,15 @@ class DriftReplanner:
     """Wires a detector into a controller; replans through ``planner`` (or only logs when it is None)."""
 
     def __init__(self, controller: Controller, planner: ReplanPlanner | None, *, threshold: float = 0.15,
-                 k: int = 3, alpha: float = 0.5, window: int = 10, migration_cost_s: float = 60.0,
-                 time_limit_s: float = 10.0, threads: int = 2):
+                 k: int = 3, alpha: float = 0.3, min_samples: int = 5, window: int = 10,
+                 migration_cost_s: float = 60.0, time_limit_s: float = 10.0, threads: int = 2):
         self.controller = controller
         self.planner = planner
         self.window = window
         self.migration_cost_s = migration_cost_s
         self.time_limit_s = time_limit_s
         self.threads = threads
-        self.detector = DriftDetector(self._expected, threshold, k, alpha)
+        self.detector = DriftDetector(self._expected, threshold, k, alpha, min_samples)
         self.log: list[dict] = []
         self.detections: list[dict] = []
         self._busy = False
@@ -219,12 +222,13 @@ class DriftReplanner:
                           gpu_types=c.topology.gpu_types)[job]
         c.update_spec(fitted)
         self.detector.reset(job)
-        live = JobSet(jobs=[c.specs[j] for j, st in c.state.items() if not st.finished and j in c.job_plans])
+        live = c.live_jobs()
         before = c.plan.cost_usd_per_hour
         result = self.planner.replan(live, migration_cost_s=self.migration_cost_s, time_limit_s=self.time_limit_s,
                                      threads=self.threads)
         moved = list(getattr(result, "moved", []))
-        reason = f"{job} {phase} at {ewma:.2f}x of its profile for {self.detector.k} iterations"
+        needed = max(self.detector.k, self.detector.min_samples)
+        reason = f"{job} {phase} at {ewma:.2f}x of its profile for {needed} iterations"
         self.log.append({"t": c.now, "job": job, "reason": reason,
                          "usd_per_hour_before": getattr(result, "cost_before", before),
                          "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour),

@@ -87,8 +87,7 @@ def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: in
                 waiting.remove(other)
 
     def reopt() -> None:
-        live = JobSet(jobs=[controller.specs[j] for j, st in controller.state.items()
-                            if not st.finished and j in controller.job_plans])
+        live = controller.live_jobs()
         if len(live):
             result = planner.replan(live, migration_cost_s=migration_cost_s, time_limit_s=reopt_time_limit_s,
                                     threads=threads)
@@ -124,6 +123,9 @@ def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: in
             break
     if progress is not None:
         progress(1.0, backend.now())
+    unfinished = [j for j, st in controller.state.items() if not st.finished and j in controller.target.jobs]
+    if unfinished or controller.pending is not None:
+        raise RuntimeError(f"trace stalled at t={backend.now():.1f} s: unfinished {', '.join(sorted(unfinished)[:5])}")
     log.never_admitted = list(waiting)
     result = SimResult(controller, backend, time.perf_counter() - wall, backend.events.processed, backend.now())
     result.extra["trace"] = log

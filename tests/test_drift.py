@@ -38,7 +38,7 @@ def test_bad_drift_specs(text):
 
 
 def test_detector_needs_k_iterations_past_the_threshold():
-    det = DriftDetector(lambda *a: 100.0, threshold=0.15, k=3, alpha=0.5)
+    det = DriftDetector(lambda *a: 100.0, threshold=0.15, k=3, alpha=0.5, min_samples=3)
 
     def feed(k, width):
         return det.observe({"job": "A", "phase": "rollout", "iteration": k, "gpus": 8, "gpu_type": "H20",
