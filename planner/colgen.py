@@ -225,11 +225,13 @@ class IntegerResult:
 
 
 def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int], penalty: float,
-                  time_limit_s: float, threads: int, solver: str = "cpsat", hint: Incumbent | None = None
-                  ) -> IntegerResult:
+                  time_limit_s: float, threads: int, solver: str = "cpsat", hint: Incumbent | None = None,
+                  exclusive: list[list[int]] = ()) -> IntegerResult:
+    """``exclusive``: sets of columns of which at most one may be chosen (pinned groups that share a
+    physical node)."""
     if solver == "pulp":
         return _solve_integer_pulp(columns, job_ids, topo, banned=banned, penalty=penalty,
-                                   time_limit_s=time_limit_s, threads=threads)
+                                   time_limit_s=time_limit_s, threads=threads, exclusive=exclusive)
     cp = cp_model.CpModel()
     x = {i: cp.new_bool_var(f"c{i}") for i in range(len(columns)) if i not in banned}
     r = {j: cp.new_bool_var(f"r{j}") for j in job_ids}
@@ -244,6 +246,8 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
         cp.add_exactly_one(vars_)
     for cluster, terms in usage.items():
         cp.add(sum(terms) <= topo.clusters[cluster].nodes)
+    for group in exclusive:
+        cp.add_at_most_one([x[i] for i in group if i in x])
     cents = {i: int(round(columns[i].objective * 100)) for i in x}
     big = int(round(penalty * 100))
     cp.minimize(sum(cents[i] * var for i, var in x.items()) + big * sum(r.values()))
@@ -265,7 +269,8 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
 
 
 def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int],
-                        penalty: float, time_limit_s: float, threads: int) -> IntegerResult:
+                        penalty: float, time_limit_s: float, threads: int,
+                        exclusive: list[list[int]] = ()) -> IntegerResult:
     import pulp
 
     prob = pulp.LpProblem("weave_master", pulp.LpMinimize)
@@ -283,10 +288,10 @@ def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topolog
         prob += pulp.lpSum(vars_) == 1, f"cover{j}"
     for cluster, terms in usage.items():
         prob += pulp.lpSum(terms) <= topo.clusters[cluster].nodes, f"nodes_{cluster}"
+    for k, group in enumerate(exclusive):
+        prob += pulp.lpSum(x[i] for i in group if i in x) <= 1, f"exclusive{k}"
     cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), threads=max(1, threads))
-    started = time.perf_counter()
     prob.solve(cbc)
-    del started
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return IntegerResult(pulp.LpStatus[prob.status].upper(), [], [], None, None)
     optimal = prob.sol_status == pulp.LpSolutionOptimal

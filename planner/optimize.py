@@ -94,9 +94,16 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                 chosen.append(seen[column.key])
         placed = {j for i in chosen for j in columns[i].jobs}
         incumbents.append(Incumbent(chosen, [j for j in job_ids if j not in placed]))
+    kept: list[int] = []
     for group in pinned:
         if all(j.name in index for j in group.jobs):
-            add(template_column(model, group, pinned=True))
+            column = template_column(model, group, pinned=True)
+            if add(column) and not set(column.jobs) & {j for i in kept for j in columns[i].jobs} \
+                    and _conflict_free(columns, kept + [seen[column.key]]):
+                kept.append(seen[column.key])  # keeping everything where it is: a starting point
+    if kept:
+        placed = {j for i in kept for j in columns[i].jobs}
+        incumbents.append(Incumbent(kept, [j for j in job_ids if j not in placed]))
     say(f"{len(columns)} template groups")
 
     builder = CandidateBuilder(model, job_ids, max_group_size, budget=enumeration_budget,
@@ -119,11 +126,12 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                                                   deadline=started + 0.75 * time_limit_s, threads=threads, say=say,
                                                   incumbent=_objective(columns, hint, penalty) if hint else None)
     result.columns = len(columns)
+    exclusive = _shared_nodes(columns)
     if lp_state is not None:
         rounded = _round_lp(columns, lp_state, job_ids, topo)
         dived = _dive(columns, lp_state, job_ids, topo, penalty, rounded,
                       deadline=time.perf_counter() + 0.1 * time_limit_s)
-        if dived is not None and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
+        if dived is not None and _conflict_free(columns, dived.columns) and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
             rounded = dived
         say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
         if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
@@ -141,7 +149,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
                                time_limit_s=min(left * (0.5 if result.master_solves == 0 else 0.3),
                                                 max(1.0, 0.2 * time_limit_s)),
-                               threads=threads, solver=solver, hint=hint)
+                               threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
         if not master.chosen and len(master.rejected) < len(job_ids):
             break
@@ -195,6 +203,21 @@ def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | N
         groups = [g for g in start.groups if all(j.name in known for j in g.jobs)]
         sources.append(start.model_copy(update={"groups": groups}))
     return sources
+
+
+def _shared_nodes(columns: list[Column]) -> list[list[int]]:
+    """Pinned columns that hold the same physical node: at most one of each set may be chosen."""
+    holders: dict[str, list[int]] = {}
+    for i, col in enumerate(columns):
+        if col.pinned:
+            for n in col.template.nodes:
+                holders.setdefault(n, []).append(i)
+    return [sorted(set(h)) for h in {tuple(h) for h in holders.values() if len(h) > 1}]
+
+
+def _conflict_free(columns: list[Column], chosen: list[int]) -> bool:
+    nodes = [n for i in chosen if columns[i].pinned for n in columns[i].template.nodes]
+    return len(nodes) == len(set(nodes))
 
 
 def _singletons(builder: CandidateBuilder) -> list:
@@ -287,7 +310,8 @@ def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -
 
     def take(i: int) -> bool:
         col = columns[i]
-        if covered.intersection(col.jobs) or any(left[c] < n for c, n in col.nodes):
+        if covered.intersection(col.jobs) or any(left[c] < n for c, n in col.nodes) \
+                or not _conflict_free(columns, chosen + [i]):
             return False
         chosen.append(i)
         covered.update(col.jobs)

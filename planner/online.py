@@ -1,0 +1,433 @@
+"""Online planning for the executor: admit an arriving job, release a finished one, re-optimize.
+
+``OnlinePlanner`` keeps the live state of a plan (groups with their members' GPUs and timetables,
+free nodes, host memory per node) so that one admission costs a handful of checks per group, not a
+new solve:
+
+- ``admit(job)`` never moves a placed job. It tries, cheapest first: joining a group on rollout
+  nodes it already holds (no added cost), joining a group on fresh rollout nodes, a new group of
+  its own on fresh nodes. Groups are screened by necessary conditions (group size, training pool
+  type and width, training busy time and host memory within every member's cap) before the
+  round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly.
+- ``release(name)`` drops a finished job; nodes nobody in its group uses any more go back to the
+  free pool, and the group keeps its timetable unless the round robin of the rest is shorter.
+- ``replan(jobs)`` solves again with the ``optimal`` policy (planner/optimize.py). Every current
+  group, and every current group less one member, may stay pinned on its nodes for free; a job
+  placed anywhere else pays its migration: its GPUs' price for ``migration_cost_s``, spread over
+  ``horizon_s`` (so the charge is in $/h, like the objective).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.model import PlanningModel, ceil_ms
+from planner.optimal import PhaseOption, phase_options
+from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
+from planner.roundrobin import Member, PhaseTime, round_robin_timetable
+from profiles.jobs import JobSet, JobSpec
+from topology.topology import Topology, node_of
+from weave.errors import InputError
+
+SLO_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Admission:
+    placed: bool
+    group: str | None
+    reason: str | None
+    plan: Plan
+    added_usd_per_hour: float = 0.0
+
+
+@dataclass(frozen=True)
+class Replan:
+    plan: Plan
+    moved: list[str]
+    cost_before: float
+    cost_after: float
+
+
+@dataclass
+class _Group:
+    name: str
+    members: list[Member]
+    nodes: list[str]
+    cycle_s: float
+    phases: dict[str, dict[str, PhaseTime]]
+    plan: GroupPlan | None = None
+
+    @property
+    def train_gpus(self) -> tuple[str, ...]:
+        return self.members[0].train_gpus
+
+    @property
+    def rollout_nodes(self) -> list[str]:
+        return list(dict.fromkeys(node_of(g) for m in self.members for g in m.rollout_gpus))
+
+
+@dataclass
+class _Placement:
+    added: float  # $/h
+    group: _Group | None  # None: a new group
+    member: Member
+    fresh: list[str]  # nodes taken from the free pool
+    cycle_s: float
+    phases: dict[str, dict[str, PhaseTime]] = field(default_factory=dict)
+
+
+class OnlinePlanner:
+    def __init__(self, topology: Topology, jobs: JobSet, plan: Plan | None = None, *,
+                 quantile: float | str = 0.95, max_group_size: int = 5, source: str = "<plan>"):
+        self.topology = topology
+        self.max_group_size = max_group_size
+        self.jobs: dict[str, JobSpec] = {j.name: j for j in jobs.jobs}
+        self.quantile = plan.quantile if plan is not None else quantile
+        self.model = PlanningModel(topology, jobs, self.quantile)
+        self.free = {c: [n.id for n in topology.nodes_in(cluster=c)] for c in topology.clusters}
+        self.mem: dict[str, float] = {}
+        self.groups: dict[str, _Group] = {}
+        self.rejected: list[Rejection] = []
+        self._next = 0
+        if plan is not None:
+            self._load(plan, source)
+
+    # ----- state <-> Plan ---------------------------------------------------------------------
+    def _load(self, plan: Plan, source: str) -> None:
+        taken = set()
+        for g in plan.groups:
+            members = []
+            phases = {}
+            for jp in g.jobs:
+                if jp.name not in self.jobs:
+                    raise InputError(source, f"groups.{g.name}.jobs.{jp.name}", "job is not in the jobs file")
+                slots = {s.phase: s for s in jp.phases}
+                members.append(Member(self.jobs[jp.name], tuple(slots["rollout"].gpus), tuple(slots["train"].gpus)))
+                phases[jp.name] = {k: PhaseTime(s.start_s, s.duration_s) for k, s in slots.items()}
+            group = _Group(g.name, members, list(g.nodes), g.cycle_s, phases, plan=g)
+            self.groups[g.name] = group
+            taken.update(g.nodes)
+            for m in members:
+                self._pin(m, +1)
+        for c in self.free:
+            self.free[c] = [n for n in self.free[c] if n not in taken]
+        self.rejected = list(plan.rejected)
+        self._next = 1 + max((int(n[1:]) for n in self.groups if n[1:].isdigit()), default=-1)
+
+    @property
+    def plan(self) -> Plan:
+        groups = [self._group_plan(g) for g in self.groups.values()]
+        cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
+        return Plan.model_construct(version=1, policy="online", objective="cost", quantile=self.quantile,
+                                    topology=self.topology.name, cost_usd_per_hour=cost,
+                                    lower_bound_usd_per_hour=None,
+                                    solver=SolverInfo(name="online", status="FEASIBLE"),
+                                    groups=groups, rejected=list(self.rejected), elastic=dict(DEFAULT_ELASTIC))
+
+    def _group_plan(self, group: _Group) -> GroupPlan:
+        if group.plan is None:
+            jobs = []
+            for m in group.members:
+                times = group.phases[m.job.name]
+                slots = [PhaseSlot(phase=k, start_s=times[k].start_s, duration_s=times[k].duration_s,
+                                   gpus=list(m.gpus(k)), gpu_type=self.topology.gpu_type_of(m.gpus(k)[0]))
+                         for k in ("rollout", "train", "sync")]
+                jobs.append(JobPlan(name=m.job.name, solo_iteration_s=self.model.solo_of(m.job),
+                                    iteration_s=group.cycle_s, slo=m.job.slo, phases=slots))
+            group.plan = GroupPlan(name=group.name, cycle_s=group.cycle_s, nodes=list(group.nodes), jobs=jobs,
+                                   usd_per_hour=round(self.topology.cost_usd_per_hour(group.nodes), 6))
+        return group.plan
+
+    # ----- bookkeeping -------------------------------------------------------------------------
+    def _pin(self, m: Member, sign: int) -> None:
+        """Host memory of the member's phases on every node they use (the residency constraint)."""
+        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
+            for node in {node_of(g) for g in gpus}:
+                self.mem[node] = self.mem.get(node, 0.0) + sign * m.job.phase(kind).host_mem_gb
+
+    def _mem_fits(self, m: Member) -> bool:
+        need: dict[str, float] = {}
+        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
+            for node in {node_of(g) for g in gpus}:
+                need[node] = need.get(node, 0.0) + m.job.phase(kind).host_mem_gb
+        return all(self.mem.get(n, 0.0) + gb <= self.topology.node(n).host_mem_gb * (1 + 1e-9)
+                   for n, gb in need.items())
+
+    def _cap(self, job: JobSpec) -> float:
+        return job.slo * self.model.solo_of(job)
+
+    def _train_s(self, job: JobSpec, gpus: tuple[str, ...]) -> float:
+        return (ceil_ms(self.model.duration(job, "train", len(gpus), self.topology.gpu_type_of(gpus[0])))
+                + ceil_ms(self.model.max_switch_s(job, "train", list(gpus))))
+
+    # ----- admit -------------------------------------------------------------------------------
+    def admit(self, job: JobSpec) -> Admission:
+        """Place ``job`` without moving any placed job, at the least added $/h; reject it (with the
+        reason, in ``plan.rejected``) when nothing fits."""
+        if job.name in self.jobs and self._group_of(job.name) is not None:
+            raise ValueError(f"job {job.name} is already placed")
+        self.jobs[job.name] = job
+        self.rejected = [r for r in self.rejected if r.name != job.name]
+        reason = self._inadmissible(job)
+        best = None
+        if reason is None:
+            best, reason = self._best_placement(job)
+        if best is None:
+            self.rejected.append(Rejection(name=job.name, reason=reason or "no placement found"))
+            return Admission(False, None, reason, self.plan)
+        group = self._apply(best)
+        return Admission(True, group.name, None, self.plan, round(best.added, 6))
+
+    def _inadmissible(self, job: JobSpec) -> str | None:
+        if job.slo < 1:
+            return f"slo {job.slo:g} < 1: no placement runs a job faster than alone"
+        for kind in ("rollout", "train"):
+            if not phase_options(self.model, job, kind):
+                return f"no cluster can host its {kind} (GPU types {'/'.join(job.phase(kind).gpu_types)})"
+        try:
+            self.model.solo_of(job)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _best_placement(self, job: JobSpec) -> tuple[_Placement | None, str | None]:
+        cap = self._cap(job)
+        reason = None
+        scaled: list[_Placement] = []
+        # Groups whose training pool is the tightest fit first (best fit keeps roomy pools for later).
+        screened = []
+        for group in self.groups.values():
+            slack = self._screen(job, group, cap)
+            if slack is not None:
+                screened.append((slack, group.name, group))
+        for _, _, group in sorted(screened):
+            for placement in self._join(job, group):
+                if placement.added == 0.0:
+                    return placement, None
+                scaled.append(placement)
+                break
+        alone = self._alone(job)
+        options = scaled + ([alone] if isinstance(alone, _Placement) else [])
+        if not options:
+            reason = alone if isinstance(alone, str) else "no free nodes"
+            return None, reason
+        return min(options, key=lambda p: (p.added, p.cycle_s)), None
+
+    def _screen(self, job: JobSpec, group: _Group, cap: float) -> float | None:
+        """Necessary conditions to join ``group``; the training pool's slack when they hold."""
+        if len(group.members) >= self.max_group_size:
+            return None
+        gpus = group.train_gpus
+        if len(gpus) not in job.train.gpu_options or self.topology.gpu_type_of(gpus[0]) not in job.train.gpu_types:
+            return None
+        members = [m.job for m in group.members] + [job]
+        limit = min(self._cap(j) for j in members)
+        busy = sum(self._train_s(j, gpus) for j in members)
+        if busy > limit * (1 + SLO_TOL):
+            return None
+        train_nodes = {node_of(g) for g in gpus}
+        if any(self.mem.get(n, 0.0) + job.train.host_mem_gb > self.topology.node(n).host_mem_gb * (1 + 1e-9)
+               for n in train_nodes):
+            return None
+        return limit - busy
+
+    def _join(self, job: JobSpec, group: _Group):
+        """Feasible placements in ``group``: on its rollout nodes first, then on fresh ones."""
+        topo = self.topology
+        for option in self._rollout_options(job):
+            runs = self._runs(group.rollout_nodes, option)
+            for run in runs:
+                gpus = tuple(g for n in run for g in topo.node(n).gpu_ids)[:option.gpus]
+                p = self._try(job, group, Member(job, gpus, group.train_gpus), [], 0.0)
+                if p is not None:
+                    yield p
+                    return
+        for option in self._rollout_options(job):
+            fresh = self._peek(option.cluster, option.nodes)
+            if fresh is None:
+                continue
+            gpus = tuple(g for n in fresh for g in topo.node(n).gpu_ids)[:option.gpus]
+            p = self._try(job, group, Member(job, gpus, group.train_gpus), fresh,
+                          topo.cost_usd_per_hour(fresh))
+            if p is not None:
+                yield p
+                return
+
+    def _rollout_options(self, job: JobSpec) -> list[PhaseOption]:
+        return sorted(phase_options(self.model, job, "rollout"),
+                      key=lambda o: (self.topology.cost_usd_per_hour(self._first_nodes(o.cluster, o.nodes)), o.gpus))
+
+    def _first_nodes(self, cluster: str, count: int) -> list[str]:
+        return [n.id for n in self.topology.nodes_in(cluster=cluster)[:count]]
+
+    def _runs(self, nodes: list[str], option: PhaseOption) -> list[list[str]]:
+        topo = self.topology
+        same = [n for n in nodes if topo.node(n).cluster == option.cluster]
+        return [same[i:i + option.nodes] for i in range(len(same) - option.nodes + 1)]
+
+    def _peek(self, cluster: str, count: int) -> list[str] | None:
+        free = self.free[cluster]
+        return free[:count] if len(free) >= count else None
+
+    def _try(self, job: JobSpec, group: _Group | None, member: Member, fresh: list[str],
+             added: float) -> _Placement | None:
+        if not self._mem_fits(member):
+            return None
+        members = (group.members if group else []) + [member]
+        rr = round_robin_timetable(self.model, members)
+        if any(rr.cycle_s > self._cap(m.job) * (1 + SLO_TOL) for m in members):
+            return None
+        return _Placement(added, group, member, fresh, rr.cycle_s, rr.phases)
+
+    def _alone(self, job: JobSpec) -> _Placement | str:
+        """The cheapest new group of its own, or the reason there is none."""
+        topo = self.topology
+        best: _Placement | str = "no free nodes for a group of its own"
+        for t in phase_options(self.model, job, "train"):
+            for o in self._rollout_options(job):
+                if t.cluster == o.cluster:
+                    nodes = self._peek(t.cluster, t.nodes + o.nodes)
+                    train_nodes, roll_nodes = (nodes[:t.nodes], nodes[t.nodes:]) if nodes else (None, None)
+                else:
+                    train_nodes, roll_nodes = self._peek(t.cluster, t.nodes), self._peek(o.cluster, o.nodes)
+                if train_nodes is None or roll_nodes is None:
+                    continue
+                member = Member(job, tuple(g for n in roll_nodes for g in topo.node(n).gpu_ids)[:o.gpus],
+                                tuple(g for n in train_nodes for g in topo.node(n).gpu_ids)[:t.gpus])
+                fresh = train_nodes + roll_nodes
+                p = self._try(job, None, member, fresh, topo.cost_usd_per_hour(fresh))
+                if p is None:
+                    if isinstance(best, str):
+                        best = f"misses its SLO even alone on {t.gpus}+{o.gpus} GPUs"
+                    continue
+                if isinstance(best, str) or p.added < best.added:
+                    best = p
+        return best
+
+    def _apply(self, p: _Placement) -> _Group:
+        for n in p.fresh:
+            self.free[self.topology.node(n).cluster].remove(n)
+        self._pin(p.member, +1)
+        if p.group is None:
+            name = f"g{self._next}"
+            self._next += 1
+            group = _Group(name, [p.member], list(p.fresh), p.cycle_s, p.phases)
+            self.groups[name] = group
+        else:
+            group = p.group
+            group.members.append(p.member)
+            group.nodes += p.fresh
+            group.cycle_s, group.phases, group.plan = p.cycle_s, p.phases, None
+        return group
+
+    # ----- release -----------------------------------------------------------------------------
+    def _group_of(self, name: str) -> _Group | None:
+        return next((g for g in self.groups.values() if any(m.job.name == name for m in g.members)), None)
+
+    def release(self, name: str) -> Plan:
+        """Free a finished (or cancelled) job; its group shrinks, or disappears with its last job."""
+        group = self._group_of(name)
+        if group is None:
+            if any(r.name == name for r in self.rejected):
+                self.rejected = [r for r in self.rejected if r.name != name]
+                return self.plan
+            raise KeyError(f"job {name} is not in the plan")
+        member = next(m for m in group.members if m.job.name == name)
+        self._pin(member, -1)
+        group.members.remove(member)
+        if not group.members:
+            self._free(group.nodes)
+            del self.groups[group.name]
+            return self.plan
+        used = {node_of(g) for m in group.members for g in (*m.rollout_gpus, *m.train_gpus)}
+        self._free([n for n in group.nodes if n not in used])
+        group.nodes = [n for n in group.nodes if n in used]
+        group.phases = {k: v for k, v in group.phases.items() if k != name}
+        rr = round_robin_timetable(self.model, group.members)
+        if rr.cycle_s < group.cycle_s and all(rr.cycle_s <= self._cap(m.job) * (1 + SLO_TOL) for m in group.members):
+            group.cycle_s, group.phases = rr.cycle_s, rr.phases
+        group.plan = None
+        return self.plan
+
+    def _free(self, nodes: list[str]) -> None:
+        for n in nodes:
+            cluster = self.topology.node(n).cluster
+            self.free[cluster].append(n)
+            self.free[cluster].sort()
+            self.mem.pop(n, None)
+
+    # ----- replan ------------------------------------------------------------------------------
+    def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, horizon_s: float = 3600.0,
+               time_limit_s: float = 10.0, threads: int = 2, solver: str = "cpsat") -> Replan:
+        """Re-optimize ``jobs`` (new profiles, arrivals and departures included), keeping a job where
+        it is unless moving it saves more than its migration charge."""
+        from planner.optimal import NoPlanInTime
+        from planner.optimize import plan_optimal
+
+        before = self.plan
+        names = set(jobs.names)
+        for name in [m.job.name for g in list(self.groups.values()) for m in g.members]:
+            if name not in names:
+                self.release(name)
+        current = self.plan
+        model = PlanningModel(self.topology, jobs, self.quantile)
+        pinned = _pinned_variants(current)
+        old = {jp.name: _gpus_of(jp) for g in current.groups for jp in g.jobs}
+        charge = {}
+        for g in current.groups:
+            for jp in g.jobs:
+                usd = sum(self.topology.node_usd_per_hour(node_of(x)) / self.topology.node(node_of(x)).gpus
+                          for x in set(_gpus_of(jp)))
+                charge[jp.name] = usd * migration_cost_s / horizon_s
+        try:
+            result = plan_optimal(model, max_group_size=self.max_group_size, time_limit_s=time_limit_s,
+                                  threads=threads, solver=solver, pinned=pinned, extra=charge)
+            new_plan = result.plan
+        except NoPlanInTime:
+            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
+        moved = sorted(jp.name for g in new_plan.groups for jp in g.jobs
+                       if jp.name in old and _gpus_of(jp) != old[jp.name])
+        self.jobs = {j.name: j for j in jobs.jobs}
+        self.model = PlanningModel(self.topology, jobs, self.quantile)
+        self.free = {c: [n.id for n in self.topology.nodes_in(cluster=c)] for c in self.topology.clusters}
+        self.mem, self.groups, self._next = {}, {}, 0
+        self._load(new_plan, "<replan>")
+        return Replan(new_plan, moved, before.cost_usd_per_hour, new_plan.cost_usd_per_hour)
+
+
+def _gpus_of(jp: JobPlan) -> tuple[str, ...]:
+    return tuple(g for s in jp.phases if s.phase != "sync" for g in s.gpus)
+
+
+def _pinned_variants(plan: Plan) -> list[GroupPlan]:
+    """Every group as it is, and every group less one member (its nodes that only that member
+    used dropped): the ways to keep jobs where they are."""
+    out = []
+    for g in plan.groups:
+        out.append(g)
+        if len(g.jobs) < 2:
+            continue
+        for leave in g.jobs:
+            rest = [jp for jp in g.jobs if jp.name != leave.name]
+            used = {node_of(x) for jp in rest for x in _gpus_of(jp)}
+            out.append(g.model_copy(update={"jobs": rest, "nodes": [n for n in g.nodes if n in used],
+                                            "name": f"{g.name}-{leave.name}"}))
+    return out
+
+
+def admit(plan: Plan, job: JobSpec, topology: Topology, jobs: JobSet, **options) -> Admission:
+    """One admission on a plan value (builds the online state; use ``OnlinePlanner`` for many)."""
+    return OnlinePlanner(topology, jobs, plan, **options).admit(job)
+
+
+def release(plan: Plan, name: str, topology: Topology, jobs: JobSet, **options) -> Plan:
+    return OnlinePlanner(topology, jobs, plan, **options).release(name)
+
+
+def replan(plan: Plan, jobs: JobSet, topology: Topology, *, migration_cost_s: float = 60.0, **options) -> Replan:
+    return OnlinePlanner(topology, jobs, plan).replan(jobs, migration_cost_s=migration_cost_s, **options)
+
+
+__all__ = ["Admission", "OnlinePlanner", "Replan", "admit", "release", "replan"]
