@@ -167,6 +167,8 @@ def plan(ctx: typer.Context,
          threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
          max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
          objective: str = typer.Option("cost", "--objective", help="cost | iteration-time"),
+         solver: str = typer.Option("cpsat", "--solver", help="Integer master: cpsat | pulp (CBC)."),
+         start: Optional[Path] = typer.Option(None, "--from", help="Previous plan to start from."),
          as_json: bool = JSON_OPTION) -> None:
     """Plan jobs on a topology: weave plan --topology T --jobs J -o plans/NAME.yaml"""
     if ctx.invoked_subcommand is not None:
@@ -179,18 +181,24 @@ def plan(ctx: typer.Context,
 
     if topology is None or jobs_file is None:
         raise InputError("<command line>", "--topology" if topology is None else "--jobs",
-                         "required to plan (or use a subcommand: check, show)")
+                         "required to plan (or use a subcommand: check, show, admit, release, replan)")
     if policy not in POLICIES:
         raise InputError("<command line>", "--policy", f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
     if objective not in OBJECTIVES:
         raise InputError("<command line>", "--objective",
                          f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
+    from planner.optimize import SOLVERS
+    from planner.plan import load_plan
+
+    if solver not in SOLVERS:
+        raise InputError("<command line>", "--solver", f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
     q = _parse_quantile(quantile)
     topo = load_topology(topology)
     jobs = load_jobs(jobs_file, topo.gpu_types)
+    previous = load_plan(start) if start is not None else None
     with err_console.status(f"planning {len(jobs.jobs)} jobs ({policy}, {objective})...") as status:
         result = make_plan(topo, jobs, policy=policy, objective=objective, quantile=q, time_limit_s=time_limit,
-                           threads=threads, max_group_size=max_group_size,
+                           threads=threads, max_group_size=max_group_size, solver=solver, start=previous,
                            progress=lambda msg: status.update(f"planning: {msg}"))
     violations = check_plan(result, topo, jobs)
     if out is not None:
@@ -205,6 +213,97 @@ def plan(ctx: typer.Context,
     if result.rejected:
         for r in result.rejected:
             err_console.print(f"[yellow]rejected[/] {r.name}: {r.reason}", highlight=False)
+        raise typer.Exit(3)
+
+
+def _online(plan_file: Path, topology: Optional[str], jobs_file: Path, max_group_size: int = 5):
+    """The online planner on a saved plan (its own topology unless one is given)."""
+    from planner.online import OnlinePlanner
+    from planner.plan import load_plan
+    from profiles.jobs import load_jobs
+    from topology.topology import load_topology
+
+    the_plan = load_plan(plan_file)
+    topo = load_topology(topology or the_plan.topology)
+    jobs = load_jobs(jobs_file, topo.gpu_types)
+    return OnlinePlanner(topo, jobs, the_plan, max_group_size=max_group_size, source=str(plan_file)), topo, jobs
+
+
+def _write_online(result, topo, jobs, out: Optional[Path], as_json: bool, title: str) -> None:
+    from planner.check import check_plan, format_violations
+    from planner.plan import Plan, plan_to_data, save_plan
+
+    result = Plan.model_validate(result.model_dump())
+    violations = check_plan(result, topo, jobs)
+    if out is not None:
+        save_plan(result, out)
+    if as_json:
+        print_json(plan_to_data(result))
+    else:
+        console.print(title, highlight=False)
+        _print_plan_summary(result, topo, out)
+    if violations:
+        err_console.print("[bold red]internal error: the plan fails the checker:[/]\n" + format_violations(violations))
+        raise typer.Exit(1)
+
+
+@plan_app.command("admit")
+def plan_admit(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+               job: str = typer.Option(..., "--job", help="Name of the arriving job (in the jobs file)."),
+               jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML with the plan's jobs and the new one."),
+               topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Default: the plan's."),
+               out: Optional[Path] = typer.Option(None, "-o", "--out", help="Updated plan YAML to write."),
+               max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
+               as_json: bool = JSON_OPTION) -> None:
+    """Place one arriving job without moving the others (exit 3 when it is rejected)."""
+    online, topo, jobs = _online(plan_file, topology, jobs_file, max_group_size)
+    if job not in jobs.names:
+        raise InputError(str(jobs_file), "jobs", f"no job named {job!r}")
+    if job in online.plan.jobs:
+        raise InputError(str(plan_file), "groups", f"job {job!r} is already placed")
+    admission = online.admit(jobs[job])
+    title = (f"admitted {job} into {admission.group} (+${admission.added_usd_per_hour:,.2f}/h)" if admission.placed
+             else f"rejected {job}: {admission.reason}")
+    _write_online(admission.plan, topo, jobs, out, as_json, title)
+    if not admission.placed:
+        raise typer.Exit(3)
+
+
+@plan_app.command("release")
+def plan_release(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+                 job: str = typer.Option(..., "--job", help="Name of the finished job."),
+                 jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML of the plan."),
+                 topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Default: the plan's."),
+                 out: Optional[Path] = typer.Option(None, "-o", "--out", help="Updated plan YAML to write."),
+                 as_json: bool = JSON_OPTION) -> None:
+    """Free a finished job's share of its group (and the nodes nobody else uses)."""
+    online, topo, jobs = _online(plan_file, topology, jobs_file)
+    if job not in online.plan.jobs and not any(r.name == job for r in online.rejected):
+        raise InputError(str(plan_file), "groups", f"job {job!r} is not in the plan")
+    before = online.plan.cost_usd_per_hour
+    result = online.release(job)
+    _write_online(result, topo, jobs, out, as_json,
+                  f"released {job}: ${before:,.2f}/h -> ${result.cost_usd_per_hour:,.2f}/h")
+
+
+@plan_app.command("replan")
+def plan_replan(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+                jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML with current profiles."),
+                topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Default: the plan's."),
+                out: Optional[Path] = typer.Option(None, "-o", "--out", help="New plan YAML to write."),
+                migration_cost: float = typer.Option(60.0, "--migration-cost", min=0,
+                                                     help="Seconds of its GPUs a moved job costs."),
+                time_limit: float = typer.Option(30.0, "--time-limit", min=0.01, help="Solver time limit, seconds."),
+                threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
+                as_json: bool = JSON_OPTION) -> None:
+    """Re-optimize a running plan for new profiles; a job moves only when it pays its migration."""
+    online, topo, jobs = _online(plan_file, topology, jobs_file)
+    with err_console.status("replanning..."):
+        result = online.replan(jobs, migration_cost_s=migration_cost, time_limit_s=time_limit, threads=threads)
+    title = (f"replanned: ${result.cost_before:,.2f}/h -> ${result.cost_after:,.2f}/h, "
+             f"{len(result.moved)} jobs moved" + (f" ({', '.join(result.moved)})" if result.moved else ""))
+    _write_online(result.plan, topo, jobs, out, as_json, title)
+    if result.plan.rejected:
         raise typer.Exit(3)
 
 
