@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 from ortools.linear_solver import pywraplp
@@ -274,8 +275,14 @@ def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topolog
     import pulp
 
     prob = pulp.LpProblem("weave_master", pulp.LpMinimize)
-    x = {i: pulp.LpVariable(f"c{i}", cat="Binary") for i in range(len(columns)) if i not in banned}
-    r = {j: pulp.LpVariable(f"r{j}", cat="Binary") for j in job_ids}
+
+    def binary(name: str):
+        if hasattr(prob, "add_variable"):  # PuLP >= 3.3 attaches variables to the problem
+            return prob.add_variable(name, 0, 1, cat="Binary")
+        return pulp.LpVariable(name, cat="Binary")
+
+    x = {i: binary(f"c{i}") for i in range(len(columns)) if i not in banned}
+    r = {j: binary(f"r{j}") for j in job_ids}
     prob += pulp.lpSum(columns[i].objective * v for i, v in x.items()) + penalty * pulp.lpSum(r.values())
     covers: dict[int, list] = {j: [r[j]] for j in job_ids}
     usage: dict[str, list] = {}
@@ -290,8 +297,10 @@ def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topolog
         prob += pulp.lpSum(terms) <= topo.clusters[cluster].nodes, f"nodes_{cluster}"
     for k, group in enumerate(exclusive):
         prob += pulp.lpSum(x[i] for i in group if i in x) <= 1, f"exclusive{k}"
-    cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), threads=max(1, threads))
-    prob.solve(cbc)
+    with warnings.catch_warnings():  # PuLP 3.3 announces CBC's move to an extra for 4.0 (pinned < 4)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), threads=max(1, threads))
+        prob.solve(cbc)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return IntegerResult(pulp.LpStatus[prob.status].upper(), [], [], None, None)
     optimal = prob.sol_status == pulp.LpSolutionOptimal
