@@ -1,0 +1,169 @@
+"""The online API: admission without moving placed jobs, release, replan with migration charges.
+
+Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (8 H20) 14.80 $/h.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.api import make_plan
+from planner.check import assert_valid, check_plan
+from planner.online import OnlinePlanner, admit, release, replan
+from planner.plan import Plan
+from profiles.generators import generate
+from profiles.jobs import JobSet, jobs_from_data, jobs_to_data
+from topology.topology import load_topology
+
+TESTBED = load_topology("weave-testbed")
+TRAIN, ROLLOUT = 8 * 5.28, 8 * 1.85
+
+
+def job(name, rollout, train, slo=2.0):
+    return {"name": name, "params_b": 7, "slo": slo,
+            "rollout": {"gpus": 8, "gpu_type": "H20", "duration_s": rollout, "host_mem_gb": 275.7},
+            "train": {"gpus": 8, "gpu_type": "H800", "duration_s": train, "host_mem_gb": 240}}
+
+
+def jobset(*specs):
+    return jobs_from_data({"jobs": list(specs)}, "jobs.yaml")
+
+
+def valid(plan: Plan, jobs: JobSet) -> Plan:
+    plan = Plan.model_validate(plan.model_dump())  # the online plan is assembled without validation
+    assert_valid(plan, TESTBED, jobs)
+    return plan
+
+
+def placement(plan: Plan) -> dict[str, tuple]:
+    return {jp.name: tuple(tuple(s.gpus) for s in jp.phases) for g in plan.groups for jp in g.jobs}
+
+
+def test_first_job_gets_a_group_of_its_own():
+    jobs = jobset(job("A", 100, 60))
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    adm = op.admit(jobs["A"])
+    assert adm.placed and adm.group == "g0"
+    assert adm.added_usd_per_hour == pytest.approx(TRAIN + ROLLOUT)
+    valid(adm.plan, jobs)
+
+
+def test_a_job_that_fits_the_bubbles_joins_for_free():
+    # B's rollout (50 s) fits in A's training (60 s), B's training (40 s) in A's rollout (100 s).
+    jobs = jobset(job("A", 100, 60), job("B", 50, 40))
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    op.admit(jobs["A"])
+    adm = op.admit(jobs["B"])
+    assert adm.placed and adm.group == "g0" and adm.added_usd_per_hour == 0
+    plan = valid(adm.plan, jobs)
+    assert plan.cost_usd_per_hour == pytest.approx(TRAIN + ROLLOUT)
+
+
+def test_admission_never_moves_placed_jobs():
+    jobs = generate("Mixed", 30, 11)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    before: dict = {}
+    for spec in jobs.jobs:
+        op.admit(spec)
+        now = placement(op.plan)
+        assert all(now[name] == gpus for name, gpus in before.items())
+        before = now
+    valid(op.plan, jobs)
+
+
+def test_tight_slo_opens_a_new_group_with_the_reason_for_others():
+    jobs = jobset(job("A", 100, 60), job("B", 50, 40, slo=1.2))
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    op.admit(jobs["A"])
+    adm = op.admit(jobs["B"])
+    assert adm.placed and adm.group == "g1"
+    assert adm.added_usd_per_hour == pytest.approx(TRAIN + ROLLOUT)
+
+
+def test_rejection_names_the_reason():
+    jobs = jobset(job("A", 100, 60, slo=0.9))
+    adm = OnlinePlanner(TESTBED, JobSet(jobs=[])).admit(jobs["A"])
+    assert not adm.placed and "slo" in adm.reason
+    assert [r.name for r in adm.plan.rejected] == ["A"]
+
+
+def test_full_topology_rejects_with_no_free_nodes():
+    tiny = load_topology("a100-32")
+    jobs = generate("seed", 3, 0)
+    op = OnlinePlanner(tiny, JobSet(jobs=[]))
+    results = [op.admit(j) for j in jobs.jobs]
+    assert results[0].placed
+    assert not results[-1].placed and "free" in results[-1].reason
+
+
+def test_release_frees_the_last_jobs_nodes_and_shrinks_groups():
+    jobs = jobset(job("A", 100, 60), job("B", 50, 40))
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    op.admit(jobs["A"])
+    op.admit(jobs["B"])
+    plan = op.release("A")
+    assert [jp.name for g in plan.groups for jp in g.jobs] == ["B"]
+    valid(plan, jobset(job("B", 50, 40)))
+    plan = op.release("B")
+    assert plan.groups == [] and plan.cost_usd_per_hour == 0
+    assert op.admit(jobs["A"]).group == "g1"  # nodes came back to the pool
+
+
+def test_admit_after_release_reuses_the_room():
+    jobs = generate("Mixed", 20, 5)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    for spec in jobs.jobs:
+        op.admit(spec)
+    cost = op.plan.cost_usd_per_hour
+    gone = jobs.jobs[3]
+    op.release(gone.name)
+    adm = op.admit(gone)
+    assert adm.placed
+    valid(adm.plan, jobs)
+    assert adm.plan.cost_usd_per_hour <= cost + 1e-6
+
+
+def test_functional_wrappers_work_on_plan_values():
+    jobs = generate("Mixed", 10, 2)
+    base = make_plan(TESTBED, JobSet(jobs=jobs.jobs[:9]), time_limit_s=20)
+    adm = admit(base, jobs.jobs[9], TESTBED, jobs)
+    assert adm.placed
+    assert all(placement(adm.plan)[n] == g for n, g in placement(base).items())
+    valid(adm.plan, jobs)
+    smaller = release(adm.plan, jobs.jobs[0].name, TESTBED, jobs)
+    assert jobs.jobs[0].name not in smaller.jobs
+
+
+def test_replan_keeps_everything_when_moving_does_not_pay():
+    jobs = generate("Mixed", 12, 6)
+    base = make_plan(TESTBED, jobs, time_limit_s=20)
+    result = replan(base, jobs, TESTBED, migration_cost_s=1e7, time_limit_s=20)
+    assert result.moved == []
+    assert result.cost_after <= result.cost_before + 1e-6
+    assert not check_plan(result.plan, TESTBED, jobs)
+
+
+def test_replan_after_drift_moves_jobs_only_for_savings():
+    jobs = generate("Mixed", 16, 8)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    for spec in jobs.jobs:  # online admissions: a fair amount of room to save
+        op.admit(spec)
+    free = op.replan(jobs, migration_cost_s=0, time_limit_s=20)
+    assert free.cost_after < free.cost_before
+    assert free.moved  # cheaper only by moving someone
+    assert not check_plan(free.plan, TESTBED, jobs)
+
+
+def test_replan_with_drifted_profiles_keeps_slos():
+    jobs = generate("Mixed", 10, 9)
+    base = make_plan(TESTBED, jobs, time_limit_s=20)
+    data = {"jobs": []}
+    for i, spec in enumerate(jobs.jobs):
+        raw = jobs_to_data(JobSet(jobs=[spec]))["jobs"][0]
+        if i % 3 == 0:  # a third of the jobs: rollouts 1.5x longer
+            raw["rollout"]["duration_s"] = round(spec.rollout.duration_at(0.95) * 1.5, 1)
+        data["jobs"].append(raw)
+    drifted = jobs_from_data(data, "drifted.yaml")
+    result = replan(base, drifted, TESTBED, migration_cost_s=60, time_limit_s=20)
+    assert not check_plan(result.plan, TESTBED, drifted)
+    assert not result.plan.rejected
