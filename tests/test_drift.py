@@ -8,6 +8,7 @@ from executor.outputs import job_metrics
 from executor.run import simulate_plan
 from executor.sim import SimModel
 from planner.api import make_plan
+from planner.online import OnlinePlanner
 from profiles.jobs import JobSet
 from weave.errors import InputError
 
@@ -51,29 +52,16 @@ def test_detector_needs_k_iterations_past_the_threshold():
     assert feed(6, 150.0) is None  # restarted after reporting
 
 
-class RebuildPlanner:
-    """Throwaway stand-in for planner.online.OnlinePlanner.replan: re-plan everything with make_plan."""
-
-    def __init__(self, topology, policy="solo"):
-        self.topology, self.policy = topology, policy
-
-    def replan(self, jobs, *, migration_cost_s=60.0, time_limit_s=10.0, threads=2):
-        from types import SimpleNamespace
-
-        plan = make_plan(self.topology, jobs, policy=self.policy, time_limit_s=time_limit_s, threads=threads)
-        return SimpleNamespace(plan=plan, moved=[], cost_before=plan.cost_usd_per_hour,
-                               cost_after=plan.cost_usd_per_hour)
-
-
 def test_drift_triggers_a_refit_and_a_replan_at_the_cycle_boundary():
+    # SLO 1.0: neither job may share, so the replan can only resize A's own group.
     t = topo(2, 2)
-    jobs = JobSet(jobs=[job("A"), job("B")])
+    jobs = JobSet(jobs=[job("A", slo=1.0), job("B", slo=1.0)])
     plan = make_plan(t, jobs, policy="solo")
     drift = parse_drift("A:rollout:1.5@1000", jobs).injector(jobs, lambda name: 1.0)
     holder = {}
 
     def setup(controller, backend):
-        holder["r"] = DriftReplanner(controller, RebuildPlanner(t), migration_cost_s=0.0)
+        holder["r"] = DriftReplanner(controller, OnlinePlanner(t, jobs, plan), migration_cost_s=0.0)
 
     r = simulate_plan(plan, t, jobs, iterations=16, rules=ElasticRules.off(), model=SimModel(link_sharing=False),
                       drift=drift, setup=setup)

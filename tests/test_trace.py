@@ -7,6 +7,7 @@ from executor.outputs import metrics
 from executor.sim import SimModel
 from executor.trace import BaselinePlanner, run_trace, stabilize
 from planner.api import make_plan
+from planner.online import OnlinePlanner
 from profiles.jobs import JobSet
 
 from test_sim import job, topo
@@ -59,3 +60,17 @@ def test_stabilize_keeps_a_groups_nodes():
     j2 = fixed.jobs["J2"][1]
     assert j2.nodes == ["rollout-001", "train-001"]
     assert fixed.jobs["J1"][1].nodes == ["rollout-000", "train-000"]
+
+
+def test_online_admission_packs_a_second_job_into_the_first_ones_group():
+    # Two 100 s + 50 s jobs with SLO 2: the second joins the first's nodes (direct packing), so the
+    # cluster never holds more than one node pair, and both stay within their SLO.
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=4), job("J2", iterations=4, arrival_s=100.0)])
+    r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), model=SimModel(link_sharing=False))
+    c = r.controller
+    assert all(st.finished for st in c.state.values())
+    m = metrics(c, wall_s=r.wall_s, events=r.events, plan_iteration=False)
+    assert m["peak_usd_per_hour"] == pytest.approx(PAIR_USD)
+    assert m["slo_attainment"] == 1.0
+    assert [x["job"] for x in r.extra["trace"].admitted] == ["J1", "J2"]
