@@ -8,7 +8,9 @@ new solve:
   nodes it already holds (no added cost), joining a group on fresh rollout nodes, a new group of
   its own on fresh nodes. Groups are screened by necessary conditions (group size, training pool
   type and width, training busy time and host memory within every member's cap) before the
-  round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly.
+  round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly, on at most
+  ``max_trials`` groups, best-fitting training pool first: admission latency stays bounded with
+  thousands of jobs (a job that finds no room there gets a group of its own; ``replan`` repacks).
 - ``release(name)`` drops a finished job; nodes nobody in its group uses any more go back to the
   free pool, and the group keeps its timetable unless the round robin of the rest is shorter.
 - ``replan(jobs)`` solves again with the ``optimal`` policy (planner/optimize.py). Every current
@@ -58,6 +60,11 @@ class _Group:
     cycle_s: float
     phases: dict[str, dict[str, PhaseTime]]
     plan: GroupPlan | None = None
+    # Screening figures, refreshed on every change: training busy time, smallest cap, and per
+    # rollout node the rollout time (warm switches included) that runs there each cycle.
+    train_busy: float = 0.0
+    cap: float = math.inf
+    rollout_busy: dict[str, float] = field(default_factory=dict)
 
     @property
     def train_gpus(self) -> tuple[str, ...]:
@@ -80,9 +87,12 @@ class _Placement:
 
 class OnlinePlanner:
     def __init__(self, topology: Topology, jobs: JobSet, plan: Plan | None = None, *,
-                 quantile: float | str = 0.95, max_group_size: int = 5, source: str = "<plan>"):
+                 quantile: float | str = 0.95, max_group_size: int = 5, max_trials: int = 24,
+                 source: str = "<plan>"):
         self.topology = topology
         self.max_group_size = max_group_size
+        self.max_trials = max_trials  # round-robin simulations per admission, best-fitting groups first
+        self._trials = max_trials
         self.jobs: dict[str, JobSpec] = {j.name: j for j in jobs.jobs}
         self.quantile = plan.quantile if plan is not None else quantile
         self.model = PlanningModel(topology, jobs, self.quantile)
@@ -91,6 +101,9 @@ class OnlinePlanner:
         self.groups: dict[str, _Group] = {}
         self.rejected: list[Rejection] = []
         self._next = 0
+        self._busy: dict[tuple, float] = {}
+        self._options: dict[tuple, list[PhaseOption]] = {}
+        self._where: dict[str, str] = {}  # job -> group name
         if plan is not None:
             self._load(plan, source)
 
@@ -108,9 +121,11 @@ class OnlinePlanner:
                 phases[jp.name] = {k: PhaseTime(s.start_s, s.duration_s) for k, s in slots.items()}
             group = _Group(g.name, members, list(g.nodes), g.cycle_s, phases, plan=g)
             self.groups[g.name] = group
+            self._summarize(group)
             taken.update(g.nodes)
             for m in members:
                 self._pin(m, +1)
+                self._where[m.job.name] = g.name
         for c in self.free:
             self.free[c] = [n for n in self.free[c] if n not in taken]
         self.rejected = list(plan.rejected)
@@ -158,9 +173,24 @@ class OnlinePlanner:
     def _cap(self, job: JobSpec) -> float:
         return job.slo * self.model.solo_of(job)
 
-    def _train_s(self, job: JobSpec, gpus: tuple[str, ...]) -> float:
-        return (ceil_ms(self.model.duration(job, "train", len(gpus), self.topology.gpu_type_of(gpus[0])))
-                + ceil_ms(self.model.max_switch_s(job, "train", list(gpus))))
+    def _busy_s(self, job: JobSpec, kind: str, gpus: tuple[str, ...]) -> float:
+        """The phase's duration plus its warm switch on these GPUs (cached by shape: the same for
+        every node of a cluster)."""
+        node = self.topology.node(node_of(gpus[0]))
+        key = (job.name, kind, len(gpus), node.cluster)
+        if key not in self._busy:
+            self._busy[key] = (ceil_ms(self.model.duration(job, kind, len(gpus), node.gpu_type))
+                               + ceil_ms(self.model.max_switch_s(job, kind, list(gpus))))
+        return self._busy[key]
+
+    def _summarize(self, group: _Group) -> None:
+        group.train_busy = sum(self._busy_s(m.job, "train", m.train_gpus) for m in group.members)
+        group.cap = min(self._cap(m.job) for m in group.members)
+        group.rollout_busy = {}
+        for m in group.members:
+            busy = self._busy_s(m.job, "rollout", m.rollout_gpus)
+            for node in {node_of(g) for g in m.rollout_gpus}:
+                group.rollout_busy[node] = group.rollout_busy.get(node, 0.0) + busy
 
     # ----- admit -------------------------------------------------------------------------------
     def admit(self, job: JobSpec) -> Admission:
@@ -168,6 +198,10 @@ class OnlinePlanner:
         reason, in ``plan.rejected``) when nothing fits."""
         if job.name in self.jobs and self._group_of(job.name) is not None:
             raise ValueError(f"job {job.name} is already placed")
+        if self.jobs.get(job.name, job) is not job:  # same name, new profile: forget cached figures
+            self._busy = {k: v for k, v in self._busy.items() if k[0] != job.name}
+            self._options = {k: v for k, v in self._options.items() if k[0] != job.name}
+            self.model._solo_cache.pop(job.name, None)
         self.jobs[job.name] = job
         self.rejected = [r for r in self.rejected if r.name != job.name]
         reason = self._inadmissible(job)
@@ -184,7 +218,7 @@ class OnlinePlanner:
         if job.slo < 1:
             return f"slo {job.slo:g} < 1: no placement runs a job faster than alone"
         for kind in ("rollout", "train"):
-            if not phase_options(self.model, job, kind):
+            if not self._phase_options(job, kind):
                 return f"no cluster can host its {kind} (GPU types {'/'.join(job.phase(kind).gpu_types)})"
         try:
             self.model.solo_of(job)
@@ -202,8 +236,12 @@ class OnlinePlanner:
             slack = self._screen(job, group, cap)
             if slack is not None:
                 screened.append((slack, group.name, group))
+        self._trials = self.max_trials
         for _, _, group in sorted(screened):
-            for placement in self._join(job, group):
+            if self._trials <= 0:
+                break
+            # One placement on fresh rollout nodes is enough: any other costs the same or more.
+            for placement in self._join(job, group, fresh=not scaled):
                 if placement.added == 0.0:
                     return placement, None
                 scaled.append(placement)
@@ -222,9 +260,8 @@ class OnlinePlanner:
         gpus = group.train_gpus
         if len(gpus) not in job.train.gpu_options or self.topology.gpu_type_of(gpus[0]) not in job.train.gpu_types:
             return None
-        members = [m.job for m in group.members] + [job]
-        limit = min(self._cap(j) for j in members)
-        busy = sum(self._train_s(j, gpus) for j in members)
+        limit = min(group.cap, cap)
+        busy = group.train_busy + self._busy_s(job, "train", gpus)
         if busy > limit * (1 + SLO_TOL):
             return None
         train_nodes = {node_of(g) for g in gpus}
@@ -233,34 +270,45 @@ class OnlinePlanner:
             return None
         return limit - busy
 
-    def _join(self, job: JobSpec, group: _Group):
-        """Feasible placements in ``group``: on its rollout nodes first, then on fresh ones."""
+    def _join(self, job: JobSpec, group: _Group, fresh: bool = True):
+        """Feasible placements in ``group``: on its rollout nodes first, then (if ``fresh``) on fresh ones."""
         topo = self.topology
         for option in self._rollout_options(job):
             runs = self._runs(group.rollout_nodes, option)
+            limit = min(group.cap, self._cap(job))
             for run in runs:
                 gpus = tuple(g for n in run for g in topo.node(n).gpu_ids)[:option.gpus]
+                busy = self._busy_s(job, "rollout", gpus)
+                if any(group.rollout_busy.get(n, 0.0) + busy > limit * (1 + SLO_TOL) for n in run):
+                    continue  # that node cannot run one more rollout per cycle
                 p = self._try(job, group, Member(job, gpus, group.train_gpus), [], 0.0)
                 if p is not None:
                     yield p
                     return
+        if not fresh:
+            return
         for option in self._rollout_options(job):
-            fresh = self._peek(option.cluster, option.nodes)
-            if fresh is None:
+            nodes = self._peek(option.cluster, option.nodes)
+            if nodes is None:
                 continue
-            gpus = tuple(g for n in fresh for g in topo.node(n).gpu_ids)[:option.gpus]
-            p = self._try(job, group, Member(job, gpus, group.train_gpus), fresh,
-                          topo.cost_usd_per_hour(fresh))
+            gpus = tuple(g for n in nodes for g in topo.node(n).gpu_ids)[:option.gpus]
+            p = self._try(job, group, Member(job, gpus, group.train_gpus), nodes,
+                          topo.cost_usd_per_hour(nodes))
             if p is not None:
                 yield p
                 return
 
-    def _rollout_options(self, job: JobSpec) -> list[PhaseOption]:
-        return sorted(phase_options(self.model, job, "rollout"),
-                      key=lambda o: (self.topology.cost_usd_per_hour(self._first_nodes(o.cluster, o.nodes)), o.gpus))
+    def _phase_options(self, job: JobSpec, kind: str) -> list[PhaseOption]:
+        key = (job.name, kind)
+        if key not in self._options:
+            options = phase_options(self.model, job, kind)
+            price = {c.name: c.gpus_per_node * self.topology.gpu_types[c.gpu_type].usd_per_hour
+                     for c in self.topology.clusters.values()}
+            self._options[key] = sorted(options, key=lambda o: (price[o.cluster] * o.nodes, o.gpus))
+        return self._options[key]
 
-    def _first_nodes(self, cluster: str, count: int) -> list[str]:
-        return [n.id for n in self.topology.nodes_in(cluster=cluster)[:count]]
+    def _rollout_options(self, job: JobSpec) -> list[PhaseOption]:
+        return self._phase_options(job, "rollout")
 
     def _runs(self, nodes: list[str], option: PhaseOption) -> list[list[str]]:
         topo = self.topology
@@ -275,6 +323,8 @@ class OnlinePlanner:
              added: float) -> _Placement | None:
         if not self._mem_fits(member):
             return None
+        if group is not None:
+            self._trials -= 1
         members = (group.members if group else []) + [member]
         rr = round_robin_timetable(self.model, members)
         if any(rr.cycle_s > self._cap(m.job) * (1 + SLO_TOL) for m in members):
@@ -285,7 +335,7 @@ class OnlinePlanner:
         """The cheapest new group of its own, or the reason there is none."""
         topo = self.topology
         best: _Placement | str = "no free nodes for a group of its own"
-        for t in phase_options(self.model, job, "train"):
+        for t in self._phase_options(job, "train"):
             for o in self._rollout_options(job):
                 if t.cluster == o.cluster:
                     nodes = self._peek(t.cluster, t.nodes + o.nodes)
@@ -320,11 +370,13 @@ class OnlinePlanner:
             group.members.append(p.member)
             group.nodes += p.fresh
             group.cycle_s, group.phases, group.plan = p.cycle_s, p.phases, None
+        self._summarize(group)
+        self._where[p.member.job.name] = group.name
         return group
 
     # ----- release -----------------------------------------------------------------------------
     def _group_of(self, name: str) -> _Group | None:
-        return next((g for g in self.groups.values() if any(m.job.name == name for m in g.members)), None)
+        return self.groups.get(self._where.get(name, ""))
 
     def release(self, name: str) -> Plan:
         """Free a finished (or cancelled) job; its group shrinks, or disappears with its last job."""
@@ -337,6 +389,7 @@ class OnlinePlanner:
         member = next(m for m in group.members if m.job.name == name)
         self._pin(member, -1)
         group.members.remove(member)
+        del self._where[name]
         if not group.members:
             self._free(group.nodes)
             del self.groups[group.name]
@@ -349,6 +402,7 @@ class OnlinePlanner:
         if rr.cycle_s < group.cycle_s and all(rr.cycle_s <= self._cap(m.job) * (1 + SLO_TOL) for m in group.members):
             group.cycle_s, group.phases = rr.cycle_s, rr.phases
         group.plan = None
+        self._summarize(group)
         return self.plan
 
     def _free(self, nodes: list[str]) -> None:
@@ -392,7 +446,8 @@ class OnlinePlanner:
         self.jobs = {j.name: j for j in jobs.jobs}
         self.model = PlanningModel(self.topology, jobs, self.quantile)
         self.free = {c: [n.id for n in self.topology.nodes_in(cluster=c)] for c in self.topology.clusters}
-        self.mem, self.groups, self._next = {}, {}, 0
+        self.mem, self.groups, self._next, self._where = {}, {}, 0, {}
+        self._busy, self._options = {}, {}
         self._load(new_plan, "<replan>")
         return Replan(new_plan, moved, before.cost_usd_per_hour, new_plan.cost_usd_per_hour)
 

@@ -61,6 +61,7 @@ class Topology:
         self.clusters: dict[str, ClusterSpec] = {c.name: c for c in spec.clusters}
         self._check_references()
         self.nodes: dict[str, Node] = {}
+        self._index: dict[tuple, list] = {}
         for cluster in spec.clusters:
             for i in range(cluster.nodes):
                 node_id = f"{cluster.name}-{i:03d}"
@@ -97,11 +98,17 @@ class Topology:
 
     # ----- inventory ----------------------------------------------------------------------
     def nodes_in(self, cluster: str | None = None, gpu_type: str | None = None) -> list[Node]:
-        return [n for n in self.nodes.values()
-                if (cluster is None or n.cluster == cluster) and (gpu_type is None or n.gpu_type == gpu_type)]
+        key = (cluster, gpu_type)
+        if key not in self._index:  # nodes never change: index each query once (planners ask often)
+            self._index[key] = [n for n in self.nodes.values() if (cluster is None or n.cluster == cluster)
+                                and (gpu_type is None or n.gpu_type == gpu_type)]
+        return list(self._index[key])
 
     def gpus_in(self, cluster: str | None = None, gpu_type: str | None = None) -> list[str]:
-        return [g for n in self.nodes_in(cluster, gpu_type) for g in n.gpu_ids]
+        key = ("gpus", cluster, gpu_type)
+        if key not in self._index:
+            self._index[key] = [g for n in self.nodes_in(cluster, gpu_type) for g in n.gpu_ids]
+        return list(self._index[key])
 
     def node(self, node_id: str) -> Node:
         try:
