@@ -74,3 +74,19 @@ def test_without_plan_plans_first(tmp_path, capsys):
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["inputs"]["policy"] == "solo" and data["jobs"] == 1  # one 8+8 node pair: room for one job alone
+
+
+def test_trace_mode_from_the_command_line(tmp_path, capsys):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n"
+        "- {name: T1, params_b: 7, iterations: 3, rollout: {gpus: 8, gpu_type: H20, duration_s: 100},"
+        " train: {gpus: 8, gpu_type: H800, duration_s: 50}}\n"
+        "- {name: T2, params_b: 7, iterations: 2, arrival_s: 30, rollout: {gpus: 8, gpu_type: H20, duration_s: 80},"
+        " train: {gpus: 8, gpu_type: H800, duration_s: 40}}\n")
+    out = tmp_path / "trace"
+    code = main(["simulate", "--topology", "weave-testbed", "--jobs", str(jobs), "--trace", "--no-plots", "--json",
+                 "--out", str(out)])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["jobs"] == 2 and data["iterations"] == 5 and data["never_admitted"] == []

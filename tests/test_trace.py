@@ -74,3 +74,12 @@ def test_online_admission_packs_a_second_job_into_the_first_ones_group():
     assert m["peak_usd_per_hour"] == pytest.approx(PAIR_USD)
     assert m["slo_attainment"] == 1.0
     assert [x["job"] for x in r.extra["trace"].admitted] == ["J1", "J2"]
+
+
+def test_periodic_reoptimization_is_logged_and_the_trace_completes():
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=6), job("J2", iterations=6, arrival_s=50.0)])
+    r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=300.0,
+                  migration_cost_s=0.0, reopt_time_limit_s=2.0)
+    assert all(st.finished for st in r.controller.state.values())
+    assert len(r.extra["trace"].reopts) >= 2
