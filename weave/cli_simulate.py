@@ -122,10 +122,9 @@ def simulate(
                 planner = online(JobSet(), None, q)
             else:
                 planner = BaselinePlanner(topo, policy, quantile=q, time_limit_s=time_limit, threads=threads)
-            if planner.plan is None or not planner.plan.elastic:
-                pass
-            rules = ElasticRules.off() if static else ElasticRules.from_plan(planner.plan.elastic or
-                                                                             empty_plan(topo, policy, q).elastic)
+            # An empty cluster's plan may carry no elastic block yet: use the defaults then.
+            elastic = planner.plan.elastic or empty_plan(topo, policy, q).elastic
+            rules = ElasticRules.off() if static else ElasticRules.from_plan(elastic)
             setup = None
             if drift and replan:
                 def setup(controller, _backend):
