@@ -15,8 +15,8 @@ OBJECTIVES = ("cost", "iteration-time")
 def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", objective: str = "cost",
               quantile: float | str = 0.95, time_limit_s: float = 60.0, threads: int = 2,
               max_group_size: int = 5, progress: Callable[[str], None] | None = None,
-              solver: str = "cpsat", start: Plan | None = None) -> Plan:
-    """Plan ``jobs`` on ``topology``. The ``optimal`` policy solves with ``solver`` (cpsat | pulp),
+              solver: str = "auto", start: Plan | None = None) -> Plan:
+    """Plan ``jobs`` on ``topology``. The ``optimal`` policy solves its master with ``solver`` (auto | cpsat | pulp),
     starts from ``start`` when given, and falls back to ``weave`` (status FALLBACK, the reason in
     ``solver.note``) when it verifies no plan within the time limit."""
     if policy not in POLICIES:

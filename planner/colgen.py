@@ -232,7 +232,7 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
     physical node)."""
     if solver == "pulp":
         return _solve_integer_pulp(columns, job_ids, topo, banned=banned, penalty=penalty,
-                                   time_limit_s=time_limit_s, threads=threads, exclusive=exclusive)
+                                   time_limit_s=time_limit_s, threads=threads, exclusive=exclusive, hint=hint)
     cp = cp_model.CpModel()
     x = {i: cp.new_bool_var(f"c{i}") for i in range(len(columns)) if i not in banned}
     r = {j: cp.new_bool_var(f"r{j}") for j in job_ids}
@@ -271,7 +271,7 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
 
 def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int],
                         penalty: float, time_limit_s: float, threads: int,
-                        exclusive: list[list[int]] = ()) -> IntegerResult:
+                        exclusive: list[list[int]] = (), hint: Incumbent | None = None) -> IntegerResult:
     import pulp
 
     prob = pulp.LpProblem("weave_master", pulp.LpMinimize)
@@ -297,9 +297,16 @@ def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topolog
         prob += pulp.lpSum(terms) <= topo.clusters[cluster].nodes, f"nodes_{cluster}"
     for k, group in enumerate(exclusive):
         prob += pulp.lpSum(x[i] for i in group if i in x) <= 1, f"exclusive{k}"
+    if hint is not None:  # CBC starts from the best known plan
+        chosen = set(hint.columns)
+        for i, var in x.items():
+            var.setInitialValue(int(i in chosen))
+        for j, var in r.items():
+            var.setInitialValue(int(j in hint.rejected))
     with warnings.catch_warnings():  # PuLP 3.3 announces CBC's move to an extra for 4.0 (pinned < 4)
         warnings.simplefilter("ignore", DeprecationWarning)
-        cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), threads=max(1, threads))
+        cbc = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.ceil(time_limit_s))), threads=max(1, threads),
+                                warmStart=hint is not None)
         prob.solve(cbc)
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return IntegerResult(pulp.LpStatus[prob.status].upper(), [], [], None, None)

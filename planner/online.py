@@ -414,7 +414,7 @@ class OnlinePlanner:
 
     # ----- replan ------------------------------------------------------------------------------
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, horizon_s: float = 3600.0,
-               time_limit_s: float = 10.0, threads: int = 2, solver: str = "cpsat") -> Replan:
+               time_limit_s: float = 10.0, threads: int = 2, solver: str = "auto") -> Replan:
         """Re-optimize ``jobs`` (new profiles, arrivals and departures included), keeping a job where
         it is unless moving it saves more than its migration charge."""
         from planner.optimal import NoPlanInTime

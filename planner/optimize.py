@@ -6,7 +6,10 @@
    column generation prices (planner/colgen.py).
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
-   migration charge. The best known plan is its hint.
+   migration charge. The best known plan (the heuristic's, the previous one, or the LP rounded by
+   diving) is its hint. After column generation it sees the 2,000 columns of least reduced cost
+   (plus every single-job column): far quicker to good plans than all of them, and the bound does
+   not depend on it. ``solver="auto"`` picks CBC there and CP-SAT for complete enumerations.
 3. Every chosen group gets a timetable: the round robin when it meets every SLO, else the exact
    CP-SAT timetable (planner/timetable.py). A group without one is banned and the master re-solved.
 
@@ -17,7 +20,7 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``.
 With rejections the bound is on plans that place as many jobs.
 
-Time: enumeration <= 10 %, column generation <= 75 % of the limit, the integer master and the
+Time: enumeration <= 10 %, column generation <= 65 % of the limit, the integer master and the
 timetables share the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
 the weave policy).
 """
@@ -29,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from planner.colgen import LpMaster, make_candidate, max_groups, price_greedy, reject_penalty, solve_integer
+from planner.colgen import IntegerResult, LpMaster, make_candidate, max_groups, price_greedy, reject_penalty, solve_integer
 from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
 from planner.model import PlanningModel
 from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
@@ -38,7 +41,7 @@ from planner.pricing import price_exact
 from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 
 Progress = Callable[[str], None]
-SOLVERS = ("cpsat", "pulp")
+SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 
 
@@ -55,7 +58,7 @@ class OptimalResult:
 
 
 def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s: float = 60.0, threads: int = 2,
-                 progress: Progress | None = None, solver: str = "cpsat", start: Plan | None = None,
+                 progress: Progress | None = None, solver: str = "auto", start: Plan | None = None,
                  pinned: Sequence[GroupPlan] = (), extra: Mapping[str, float] | None = None,
                  enumeration_budget: int = ENUMERATION_BUDGET) -> OptimalResult:
     """Minimum-cost plan. ``pinned`` groups may be kept on their nodes at no extra charge; ``extra``
@@ -83,13 +86,24 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         columns.append(column)
         return True
 
-    # Templates: the heuristic's plan and the previous one are both feasible starting points.
+    # Templates: the heuristic's plan and the previous one are both feasible starting points. A
+    # previous plan's groups and pinned groups met other profiles: only those whose timetable still
+    # meets every SLO enter.
+    timetables: dict[int, object] = {}
+
+    def still_fits(column: Column) -> bool:
+        members, _ = materialize(model, column, FreeNodes(topo))
+        tt = group_timetable(model, members, time_limit_s=min(1.0, max(0.1, deadline - time.perf_counter())),
+                             threads=threads)
+        return tt.ok
+
     incumbents = []
-    for source in _template_sources(model, max_group_size, start):
+    for trusted, source in _template_sources(model, max_group_size, start):
         chosen = []
         for group in source.groups:
             column = template_column(model, group, extra=sum(charge.get(index[j.name], 0.0) for j in group.jobs))
-            add(column)
+            if column.key not in seen and (trusted or still_fits(column)):
+                add(column)
             if column.key in seen:
                 chosen.append(seen[column.key])
         placed = {j for i in chosen for j in columns[i].jobs}
@@ -98,9 +112,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     for group in pinned:
         if all(j.name in index for j in group.jobs):
             column = template_column(model, group, pinned=True)
-            if add(column) and not set(column.jobs) & {j for i in kept for j in columns[i].jobs} \
+            if column.key in seen or not still_fits(column) or not add(column):
+                continue
+            if not set(column.jobs) & {j for i in kept for j in columns[i].jobs} \
                     and _conflict_free(columns, kept + [seen[column.key]]):
-                kept.append(seen[column.key])  # keeping everything where it is: a starting point
+                kept.append(seen[column.key])  # keeping everything where it still fits: a starting point
     if kept:
         placed = {j for i in kept for j in columns[i].jobs}
         incumbents.append(Incumbent(kept, [j for j in job_ids if j not in placed]))
@@ -123,14 +139,17 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
             add(_candidate_column(cand, charge))
         lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
-                                                  deadline=started + 0.75 * time_limit_s, threads=threads, say=say,
+                                                  deadline=started + 0.65 * time_limit_s, threads=threads, say=say,
                                                   incumbent=_objective(columns, hint, penalty) if hint else None)
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
+    if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits the tight
+        # column-generation master; CP-SAT the complete enumeration of small instances.
+        solver = "pulp" if result.mode == "colgen" else "cpsat"
     if lp_state is not None:
         rounded = _round_lp(columns, lp_state, job_ids, topo)
         dived = _dive(columns, lp_state, job_ids, topo, penalty, rounded,
-                      deadline=time.perf_counter() + 0.1 * time_limit_s)
+                      deadline=time.perf_counter() + 0.05 * time_limit_s)
         if dived is not None and _conflict_free(columns, dived.columns) and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
             rounded = dived
         say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
@@ -138,7 +157,6 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             hint = rounded
         banned |= _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
     verified: dict[int, tuple[list, list[str], object]] = {}
-    timetables: dict[int, object] = {}
     master = None
     while job_ids:
         left = deadline - time.perf_counter()
@@ -151,7 +169,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                                                 max(1.0, 0.2 * time_limit_s)),
                                threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
+        if master.objective is None and hint is not None:  # no solution in time: the best known plan
+            master = IntegerResult("FEASIBLE", list(hint.columns), list(hint.rejected),
+                                   _objective(columns, hint, penalty), None)
         if not master.chosen and len(master.rejected) < len(job_ids):
+            master = None
             break
         say(f"master {result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
         failed = _verify(model, columns, master.chosen, verified, banned, deadline, threads, result, timetables)
@@ -194,14 +216,16 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     return result
 
 
-def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | None) -> list[Plan]:
+def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | None) -> list[tuple[bool, Plan]]:
+    """(trusted, plan): the weave heuristic's plan, made for this model, and the previous plan, whose
+    groups are checked against the current profiles before use."""
     from planner.baselines import plan_weave
 
-    sources = [plan_weave(model, max_group_size=max_group_size)]
+    sources = [(True, plan_weave(model, max_group_size=max_group_size))]
     if start is not None:
         known = set(model.jobs.names)
         groups = [g for g in start.groups if all(j.name in known for j in g.jobs)]
-        sources.append(start.model_copy(update={"groups": groups}))
+        sources.append((False, start.model_copy(update={"groups": groups})))
     return sources
 
 
@@ -354,13 +378,14 @@ def _dive(columns: list[Column], state: LpState, job_ids: list[int], topo, penal
 
 
 def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent,
-               keep_at_most: int = 100_000) -> set[int]:
+               keep_at_most: int = 2000) -> set[int]:
     """Columns the integer master may ignore: a plan better than ``upper`` uses only columns of reduced
     cost at most ``upper - LP`` (exact); beyond that, only the ``keep_at_most`` of least reduced cost
     stay (a heuristic that keeps the master fast; the bound does not depend on it)."""
     rc = {i: _reduced_cost(col, state) for i, col in enumerate(columns[:len(state.x)])}
     keep = sorted((i for i, r in rc.items() if r <= upper - state.value + 1e-6), key=lambda i: rc[i])
-    keep = set(keep[:keep_at_most]) | set(hint.columns)
+    singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1}
+    keep = set(keep[:keep_at_most]) | set(hint.columns) | singles
     return {i for i in rc if i not in keep}
 
 

@@ -218,6 +218,9 @@ class _Search:
             need = math.ceil(sum(opts[j][0].duration_s for j in jobs) / cap - 1e-9)
             if need * min(self.price[opts[j][0].cluster] for j in jobs) >= budget - EPS:
                 return
+            if len({opts[j][0].cluster for j in jobs}) == 1:
+                self._leaf_one_node(ctx, jobs, gain, budget, need)
+                return
         best = None
         for rollouts in itertools.product(*[opts[j] for j in jobs]):
             for part in partitions(len(jobs)):
@@ -240,6 +243,34 @@ class _Search:
             rc, rollouts, part, offsets = best
             cand = _candidate(b, jobs, trains[jobs[0]], list(rollouts), [list(c) for c in part], offsets)
             self.found[cand] = min(rc, self.found.get(cand, rc))
+
+    def _leaf_one_node(self, ctx, jobs: list[int], gain: float, budget: float, need: int) -> None:
+        """The common case, fast: one rollout option per job, one node wide, one cluster. The
+        classes are bins of capacity ``cap`` (warm switches counted when a bin is shared) and node
+        host memory; the fewest bins is the cheapest."""
+        key, trains, tau, mem_cap, cap, opts, *_ , fixed = ctx
+        options = [opts[j][0] for j in jobs]
+        cluster = options[0].cluster
+        price = self.price[cluster]
+        node_mem = self.b.topo.clusters[cluster].host_mem_gb
+        busy = [o.duration_s + o.switch_s for o in options]
+        mem = [o.host_mem_gb for o in options]
+
+        def fits(block) -> bool:
+            if sum(mem[i] for i in block) > node_mem:
+                return False
+            return len(block) == 1 or sum(busy[i] for i in block) <= cap + TOL
+
+        most = int(math.ceil((budget - EPS) / price)) - 1  # bins that still leave a negative rc
+        for bins in range(max(1, need), min(most, len(jobs)) + 1):
+            for part in partitions(len(jobs)):
+                if len(part) == bins and all(fits(block) for block in part):
+                    rc = fixed + price * bins - gain
+                    if rc < -EPS:
+                        cand = _candidate(self.b, jobs, trains[jobs[0]], options, [list(c) for c in part],
+                                          [0] * len(jobs))
+                        self.found[cand] = min(rc, self.found.get(cand, rc))
+                    return
 
     def _class(self, cap: float, members: tuple) -> tuple[str, int, tuple[int, ...]] | None:
         """(cluster, width, layout) of one rollout class at this cap, or None; cached per leader."""

@@ -167,7 +167,7 @@ def plan(ctx: typer.Context,
          threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
          max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
          objective: str = typer.Option("cost", "--objective", help="cost | iteration-time"),
-         solver: str = typer.Option("cpsat", "--solver", help="Integer master: cpsat | pulp (CBC)."),
+         solver: str = typer.Option("auto", "--solver", help="Integer master: auto | cpsat | pulp (CBC)."),
          start: Optional[Path] = typer.Option(None, "--from", help="Previous plan to start from."),
          as_json: bool = JSON_OPTION) -> None:
     """Plan jobs on a topology: weave plan --topology T --jobs J -o plans/NAME.yaml"""

@@ -1,0 +1,200 @@
+"""Planner at scale and online: bound and gap for hundreds of jobs, admission latency, replanning.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.planner_scale [--quick] [--time-limit 30] [--threads 2]
+
+Sections (each ends in verdicts at the bottom):
+
+a. 100 and 300 jobs of each family (Mixed, BL, RH, TH), seeds 1..3, on ``weave-testbed-x<N>``
+   (the testbed with N times its nodes, N = ceil(jobs / 60), so that every policy can place every
+   job and costs compare like for like): ``optimal`` against ``weave`` and ``solo``: cost, lower
+   bound, gap, wall time. Targets: optimal <= weave on every instance, gap <= 3 %, wall <= the
+   time limit (30 s) on 2 threads. ``--quick``: Mixed only, one seed.
+b. ``OnlinePlanner.admit`` latency with 100, 500 and 2,000 concurrent jobs: fill the plan, then 200
+   arrivals each after one random departure; p50 / p99 / max. Target: p99 <= 50 ms at 2,000.
+c. ``replan`` after 10 % of 100 Mixed jobs drift by 1.5x (rollout and train): cost against a
+   from-scratch solve of the drifted jobs, jobs moved, wall time.
+Every plan goes through the independent checker (``planner.check``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from bench.planner import table
+from planner.api import make_plan
+from planner.check import check_plan
+from planner.online import OnlinePlanner, replan
+from planner.plan import Plan
+from profiles.generators import generate
+from profiles.jobs import JobSet, jobs_from_data, jobs_to_data
+from topology.topology import load_topology
+
+FAMILIES = ["Mixed", "BL", "RH", "TH"]
+GAP_TARGET = 0.03
+P99_TARGET_MS = 50.0
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def topology_for(jobs: int):
+    return load_topology(f"weave-testbed-x{max(1, math.ceil(jobs / 60))}")
+
+
+def placed(plan: Plan) -> int:
+    return sum(len(g.jobs) for g in plan.groups)
+
+
+def valid(plan: Plan, topo, jobs) -> bool:
+    return not check_plan(Plan.model_validate(plan.model_dump()), topo, jobs)
+
+
+# ----- a. scale -------------------------------------------------------------------------------
+def section_scale(args) -> list[str]:
+    families = ["Mixed"] if args.quick else FAMILIES
+    seeds = [1] if args.quick else [1, 2, 3]
+    rows, failures = [], []
+    for n in (100, 300):
+        topo = topology_for(n)
+        for family in families:
+            for seed in seeds:
+                jobs = generate(family, n, seed)
+                weave = make_plan(topo, jobs, policy="weave")
+                solo = make_plan(topo, jobs, policy="solo")
+                started = time.perf_counter()
+                opt = make_plan(topo, jobs, policy="optimal", time_limit_s=args.time_limit, threads=args.threads)
+                wall = time.perf_counter() - started
+                ok = all(valid(p, topo, jobs) for p in (opt, weave, solo))
+                gap = opt.solver.gap if opt.solver.gap is not None else float("nan")
+                name = f"{family}-{n} s{seed}"
+                rows.append([name, topo.name, f"{placed(opt)}/{n}", f"{opt.cost_usd_per_hour:,.2f}",
+                             f"{opt.lower_bound_usd_per_hour or 0:,.2f}", f"{100 * gap:.2f}%", f"{wall:.1f}",
+                             f"{opt.cost_usd_per_hour / weave.cost_usd_per_hour:.3f}",
+                             f"{opt.cost_usd_per_hour / solo.cost_usd_per_hour:.3f}",
+                             f"{placed(weave)}/{n}", opt.solver.name, opt.solver.status, "yes" if ok else "NO"])
+                say(f"  {name}: ${opt.cost_usd_per_hour:,.2f}/h, bound ${opt.lower_bound_usd_per_hour or 0:,.2f}, "
+                    f"gap {100 * gap:.2f}%, {wall:.1f} s")
+                if not ok:
+                    failures.append(f"a. {name}: a plan fails the checker")
+                if placed(opt) < placed(weave) or (placed(opt) == placed(weave)
+                                                   and opt.cost_usd_per_hour > weave.cost_usd_per_hour + 1e-6):
+                    failures.append(f"a. {name}: optimal worse than weave")
+                if not gap <= GAP_TARGET:
+                    failures.append(f"a. {name}: gap {100 * gap:.2f}% > {100 * GAP_TARGET:.0f}%")
+                if wall > args.time_limit + 1.0:
+                    failures.append(f"a. {name}: {wall:.1f} s > {args.time_limit:g} s")
+    say(table("a. optimal at scale (cost $/h; x weave / x solo: optimal's cost relative to theirs)",
+              ["instance", "topology", "placed", "optimal", "bound", "gap", "wall s", "x weave", "x solo",
+               "weave placed", "master", "status", "valid"], rows))
+    gaps = [float(r[5].rstrip("%")) for r in rows]
+    walls = [float(r[6]) for r in rows]
+    say(f"gap: mean {np.mean(gaps):.2f}%, max {max(gaps):.2f}%; wall: mean {np.mean(walls):.1f} s, "
+        f"max {max(walls):.1f} s; x weave: mean {np.mean([float(r[7]) for r in rows]):.3f}")
+    return failures
+
+
+# ----- b. admission latency -------------------------------------------------------------------
+def section_admit(args) -> list[str]:
+    rows, failures = [], []
+    for n in (100, 500, 2000):
+        topo = load_topology(f"weave-testbed-x{math.ceil(n / 40)}")
+        jobs = generate("Mixed", n + 200, 7)
+        online = OnlinePlanner(topo, JobSet(jobs=[]))
+        started = time.perf_counter()
+        for spec in jobs.jobs[:n]:
+            online.admit(spec)
+        fill = time.perf_counter() - started
+        rng = np.random.default_rng(0)
+        live = [j.name for j in jobs.jobs[:n]]
+        latency = []
+        for spec in jobs.jobs[n:]:
+            online.release(live.pop(int(rng.integers(len(live)))))
+            t = time.perf_counter()
+            online.admit(spec)
+            latency.append(1e3 * (time.perf_counter() - t))
+            live.append(spec.name)
+        plan = online.plan
+        current = JobSet(jobs=[j for j in jobs.jobs if j.name in set(live)])
+        ok = valid(plan, topo, current)
+        p50, p99, worst = np.percentile(latency, [50, 99, 100])
+        rows.append([n, topo.name, len(plan.groups), len(plan.rejected), f"{fill:.1f}", f"{p50:.2f}", f"{p99:.2f}",
+                     f"{worst:.2f}", "yes" if ok else "NO"])
+        if not ok:
+            failures.append(f"b. {n} jobs: the online plan fails the checker")
+        if n == 2000 and p99 > P99_TARGET_MS:
+            failures.append(f"b. admit p99 {p99:.1f} ms > {P99_TARGET_MS:g} ms at 2,000 jobs")
+    say(table("b. admit latency, ms (after one departure each)",
+              ["jobs", "topology", "groups", "rejected", "fill s", "p50", "p99", "max", "valid"], rows))
+    return failures
+
+
+# ----- c. replan after drift -------------------------------------------------------------------
+def drifted(jobs: JobSet, share: float, factor: float, seed: int) -> tuple[JobSet, list[str]]:
+    rng = np.random.default_rng(seed)
+    picked = set(rng.choice(len(jobs.jobs), size=max(1, round(share * len(jobs.jobs))), replace=False).tolist())
+    data = jobs_to_data(jobs)
+    names = []
+    for i, raw in enumerate(data["jobs"]):
+        if i in picked:
+            names.append(raw["name"])
+            for kind in ("rollout", "train"):
+                raw[kind]["duration_s"] = round(jobs.jobs[i].phase(kind).duration_at(0.95) * factor, 1)
+    return jobs_from_data(data, "<drifted>"), names
+
+
+def section_replan(args) -> list[str]:
+    n = 100
+    topo = topology_for(n)
+    jobs = generate("Mixed", n, 4)
+    base = make_plan(topo, jobs, time_limit_s=args.time_limit, threads=args.threads)
+    new_jobs, names = drifted(jobs, 0.10, 1.5, seed=4)
+    started = time.perf_counter()
+    result = replan(base, new_jobs, topo, migration_cost_s=60.0, time_limit_s=args.time_limit, threads=args.threads)
+    wall = time.perf_counter() - started
+    scratch = make_plan(topo, new_jobs, time_limit_s=args.time_limit, threads=args.threads)
+    ok = valid(result.plan, topo, new_jobs) and valid(scratch, topo, new_jobs)
+    moved_drifted = len(set(result.moved) & set(names))
+    say(table(f"c. replan after {len(names)} of {n} Mixed jobs drift 1.5x ({topo.name}, migration 60 s)",
+              ["plan", "$/h", "bound", "jobs moved", "wall s", "valid"],
+              [["before drift", f"{base.cost_usd_per_hour:,.2f}", f"{base.lower_bound_usd_per_hour or 0:,.2f}", "-",
+                f"{base.solver.wall_s:.1f}", "yes"],
+               ["replan", f"{result.cost_after:,.2f}", f"{result.plan.lower_bound_usd_per_hour or 0:,.2f}",
+                f"{len(result.moved)} ({moved_drifted} drifted)", f"{wall:.1f}", "yes" if ok else "NO"],
+               ["from scratch", f"{scratch.cost_usd_per_hour:,.2f}", f"{scratch.lower_bound_usd_per_hour or 0:,.2f}",
+                f"{sum(1 for g in scratch.groups for j in g.jobs)} (all may move)", f"{scratch.solver.wall_s:.1f}",
+                "yes"]]))
+    say(f"replan / from scratch: {result.cost_after / scratch.cost_usd_per_hour:.3f} in $/h, "
+        f"moving {len(result.moved)} of {n} jobs")
+    return [] if ok and not result.plan.rejected else ["c. the replanned plan fails the checker or rejects jobs"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Mixed only, one seed")
+    parser.add_argument("--time-limit", type=float, default=30.0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sections", default="abc", help="which sections to run, e.g. 'b'")
+    args = parser.parse_args(argv)
+    failures: list[str] = []
+    if "a" in args.sections:
+        failures += section_scale(args)
+    if "b" in args.sections:
+        failures += section_admit(args)
+    if "c" in args.sections:
+        failures += section_replan(args)
+    say()
+    for f in failures:
+        say(f"FAIL {f}")
+    say("verdict: PASS" if not failures else f"verdict: FAIL ({len(failures)})")
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
