@@ -259,7 +259,7 @@ class Controller:
         """An idle GPU joins a running rollout of its group when it would idle long enough."""
         node = _node_of(gpu)
         # Lend only inside the group (its nodes pin the borrower's state), to rollouts in their bulk.
-        candidates = [r for j in self.node_jobs.get(node, ()) if (r := self.rolling.get(j)) is not None
+        candidates = [r for j in sorted(self.node_jobs.get(node, ())) if (r := self.rolling.get(j)) is not None
                       and r.state == "running" and gpu not in r.held]
         if not candidates or not self._lendable(gpu):
             return
@@ -318,7 +318,7 @@ class Controller:
         own = [g for g in run.gpus if g in run.held]
         keep_n = max(1, math.ceil(self.rules.target_share * len(run.gpus)))
         keep = own[:keep_n] or sorted(run.held)[:keep_n]
-        freed = [g for g in run.held if g not in keep]
+        freed = sorted(g for g in run.held if g not in keep)
         # Move the tail only when a freed GPU has a rollout to start: otherwise the tail would just
         # run slower on fewer GPUs while the others idle.
         if not any(self._startable_after(g, run) for g in freed):
@@ -368,7 +368,7 @@ class Controller:
             nxt = self.runs.get((run.job, "train", run.iteration))
             if nxt is not None:
                 self._advance(nxt)
-        self.kick(set(held) | set(run.gpus))
+        self.kick(sorted(set(held) | set(run.gpus)))  # sorted: runs must not depend on hash order
 
     def _start_sync(self, train: PhaseRun) -> None:
         group, jp = self.job_plans[train.job]
@@ -582,7 +582,7 @@ class Controller:
                     self.node_jobs.setdefault(n, set()).add(j)
         self.plan = plan
         if hot:
-            for j in hot:
+            for j in sorted(hot):
                 group = new[j][0]
                 anchor = next((self.schedules[x.name] for x in group.jobs if x.name in self.schedules), None)
                 epoch = self.now

@@ -351,9 +351,10 @@ class SimBackend:
         Flows on the given links are brought up to date at their old rates first; a flow whose
         rate does not change keeps its end event.
         """
-        flows: set[_Flow] = set()
+        found: set[_Flow] = set()
         for link in links:
-            flows |= self.on_link.get(link, set())
+            found |= self.on_link.get(link, set())
+        flows = sorted(found, key=lambda f: (f.start, f.run.job, f.run.iteration))  # deterministic order
         now = self.now()
         for f in flows:
             f.bits -= f.rate_gbps * 1e9 * (now - f.last)
