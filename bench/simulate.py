@@ -25,6 +25,9 @@ c. Drift templates (Weave 6.6: increasing / decreasing / mixed at M = 0.5, 1.0, 
    1.08-1.11x of hourly regrouping and keeps 95.6-98.7% attainment.
 d. Speed: events per second and wall time of the N-job trace (simulation without planner time, and
    in all); target <= 60 s on 2 cores.
+e. Fidelity of every plan in ``plans/``: the largest deviation of a job's simulated steady-state
+   iteration from the plan's ``iteration_s``, deterministic durations, for the plan as the planner
+   models it (static, no link sharing; target <= 1%), with shared links, and with the elastic rules.
 """
 
 from __future__ import annotations
@@ -260,6 +263,41 @@ def section_drift(args) -> list[str]:
     return verdicts
 
 
+# ----- e. fidelity ------------------------------------------------------------------------------
+EXAMPLES = {
+    "micro-a": ("plans/inputs/micro-a.topology.yaml", "plans/inputs/micro-a.jobs.yaml"),
+    "micro-b": ("plans/inputs/micro-b.topology.yaml", "plans/inputs/micro-b.jobs.yaml"),
+    "micro-c": ("plans/inputs/micro-c.topology.yaml", "plans/inputs/micro-c.jobs.yaml"),
+    "seed-a100-32": ("a100-32", "plans/inputs/seed.jobs.yaml"),
+    "mixed-20": ("weave-testbed", "plans/inputs/mixed-20.jobs.yaml"),
+}
+
+
+def section_fidelity(args) -> list[str]:
+    from planner.plan import load_plan
+    from profiles.jobs import load_jobs
+
+    rows, verdicts = [], []
+    for name, (topo_src, jobs_src) in EXAMPLES.items():
+        topo = load_topology(topo_src)
+        jobs = load_jobs(jobs_src, topo.gpu_types)
+        plan = load_plan(f"plans/{name}.yaml")
+        devs = []
+        for rules, share in ((ElasticRules.off(), False), (ElasticRules.off(), True), (None, True)):
+            r = simulate_plan(plan, topo, jobs, iterations=16, rules=rules, model=SimModel(link_sharing=share))
+            per_job = metrics(r.controller, wall_s=r.wall_s, events=r.events)["per_job"]
+            ratios = [j["steady_iteration_s"] / j["planned_iteration_s"] - 1 for j in per_job.values()]
+            devs.append((min(ratios), max(ratios)))
+        rows.append([name] + [f"{100 * lo:+.2f} .. {100 * hi:+.2f}" for lo, hi in devs])
+        worst = max(abs(devs[0][0]), abs(devs[0][1]))
+        verdicts.append(f"{'PASS' if worst <= 0.01 else 'FAIL'} e. {name}: simulated iteration within "
+                        f"{100 * worst:.3f}% of the plan (static, unshared links)")
+    say(table("e. fidelity: simulated steady-state iteration vs plan, % (min .. max over jobs)",
+              ["plan", "static, unshared", "static, shared link", "elastic, shared link"], rows))
+    say()
+    return verdicts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="Smaller traces (60 jobs, 12 for drift).")
@@ -269,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--time-limit", type=float, default=10.0, help="Solver time limit per plan.")
-    parser.add_argument("--sections", default="abcd", help="Which sections to run (letters).")
+    parser.add_argument("--sections", default="abcde", help="Which sections to run (letters).")
     args = parser.parse_args(argv)
     args.micro_iterations = 20
     if args.quick:
@@ -289,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         verdicts.append(f"{'PASS' if ok else 'FAIL'} d. {args.jobs}-job trace ({main_run.label}): simulation "
                         f"{main_run.sim_s:.1f} s ({main_run.events / main_run.sim_s:,.0f} events/s, {main_run.events:,} "
                         f"events) + planner {main_run.plan_s:.1f} s; target <= 60 s on 2 cores")
+    if "e" in args.sections:
+        verdicts += section_fidelity(args)
     say("Verdicts")
     for v in verdicts:
         say("  " + v)
