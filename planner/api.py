@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from planner.model import PlanningModel
@@ -23,6 +24,7 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
         raise ValueError(f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
+    started = time.perf_counter()
     model = PlanningModel(topology, jobs, quantile)
     if policy == "optimal":
         from planner.optimal import NoPlanInTime
@@ -38,10 +40,10 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
         except NoPlanInTime as exc:
             from planner.baselines import plan_weave
 
-            fallback = plan_weave(model, max_group_size=max_group_size)
+            fallback = exc.fallback or plan_weave(model, max_group_size=max_group_size)
             note = f"fallback to the weave policy: {exc}"
-            return fallback.model_copy(update={"solver": SolverInfo(name="weave", status="FALLBACK",
-                                                                   wall_s=fallback.solver.wall_s, note=note)})
+            return fallback.model_copy(update={"solver": SolverInfo(
+                name="weave", status="FALLBACK", wall_s=round(time.perf_counter() - started, 3), note=note)})
     from planner import baselines
 
     if policy == "weave":

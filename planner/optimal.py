@@ -306,7 +306,11 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
 
 
 class NoPlanInTime(RuntimeError):
-    pass
+    """No plan verified within the time limit; ``fallback`` is the weave plan when one was made."""
+
+    def __init__(self, message: str, fallback=None):
+        super().__init__(message)
+        self.fallback = fallback
 
 
 class EnumerationBudget(RuntimeError):

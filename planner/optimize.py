@@ -14,14 +14,15 @@
    CP-SAT timetable (planner/timetable.py). A group without one is banned and the master re-solved.
 
 Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`` and the gap):
-- complete enumeration: the integer master's own bound;
+- complete enumeration: the integer master's own bound, and the LP relaxation's when the master is
+  large (more than 3,000 columns: CBC then solves it like a column-generation master);
 - otherwise: column generation's Lagrangian bound (equal to the LP optimum once the exact pricing
   proves that no column improves);
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``.
 With rejections the bound is on plans that place as many jobs.
 
-Time: enumeration <= 10 %, column generation <= 65 % of the limit, the integer master and the
-timetables share the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
+Time: enumeration <= 10 %, column generation <= 50 % of the limit, the integer master up to 80 %
+(at least a second), the timetables the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
 the weave policy).
 """
 
@@ -43,6 +44,7 @@ from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
+SMALL_MASTER = 3_000  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
 @dataclass
@@ -98,7 +100,9 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         return tt.ok
 
     incumbents = []
-    for trusted, source in _template_sources(model, max_group_size, start):
+    sources = _template_sources(model, max_group_size, start)
+    heuristic = sources[0][1]  # the weave plan: the fallback when nothing is verified in time
+    for trusted, source in sources:
         chosen = []
         for group in source.groups:
             column = template_column(model, group, extra=sum(charge.get(index[j.name], 0.0) for j in group.jobs))
@@ -135,17 +139,20 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         builder.complete = False
     hint = min(incumbents, key=lambda inc: _objective(columns, inc, penalty), default=None)
     banned: set[int] = set()
-    if result.mode == "colgen":
+    large = result.mode == "colgen" or len(columns) > SMALL_MASTER
+    if large:
         for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
             add(_candidate_column(cand, charge))
+        # A complete enumeration needs no pricing: its LP is the relaxation already.
         lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
-                                                  deadline=started + 0.65 * time_limit_s, threads=threads, say=say,
-                                                  incumbent=_objective(columns, hint, penalty) if hint else None)
+                                                  deadline=started + 0.5 * time_limit_s, threads=threads, say=say,
+                                                  incumbent=_objective(columns, hint, penalty) if hint else None,
+                                                  price=result.mode == "colgen")
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
-    if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits the tight
-        # column-generation master; CP-SAT the complete enumeration of small instances.
-        solver = "pulp" if result.mode == "colgen" else "cpsat"
+    if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
+        # masters with a tight LP; CP-SAT solves small complete enumerations exactly.
+        solver = "pulp" if large else "cpsat"
     if lp_state is not None:
         rounded = _round_lp(columns, lp_state, job_ids, topo)
         dived = _dive(columns, lp_state, job_ids, topo, penalty, rounded,
@@ -165,8 +172,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         # The LP bound is already known: the master need not prove much, it must leave time for
         # the timetables.
         master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
-                               time_limit_s=min(left * (0.5 if result.master_solves == 0 else 0.3),
-                                                max(1.0, 0.2 * time_limit_s)),
+                               time_limit_s=max(min(1.0, left / 2), started + 0.8 * time_limit_s - time.perf_counter()),
                                threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
         if master.objective is None and hint is not None:  # no solution in time: the best known plan
@@ -190,7 +196,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         hint = Incumbent([i for i in master.chosen if i not in banned], master.rejected)
     wall = time.perf_counter() - started
     if job_ids and (master is None or any(i not in verified for i in master.chosen)):
-        raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s")
+        raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic)
 
     chosen = master.chosen if master else []
     groups = []
@@ -266,7 +272,7 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
 
 
 def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
-                       incumbent: float | None = None):
+                       incumbent: float | None = None, price: bool = True):
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
     Returns the best Lagrangian bound (None when no pricing was proven)."""
     lp = LpMaster(job_ids, model.topology, penalty)
@@ -281,6 +287,9 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
     while time.perf_counter() < deadline:
         value, pi, mu = lp.solve()
         result.lp_iterations += 1
+        if not price:
+            best = value
+            break
         fresh = []
         if greedy:
             fresh = [c for c in (_candidate_column(cand, charge)
@@ -421,7 +430,7 @@ def _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, c
     note = None
     lb = 0.0
     if result.mode == "enumerate" and master is not None and master.bound is not None:
-        lb = master.bound
+        lb = max(master.bound, lagrangian if lagrangian is not None else -math.inf)
     elif lagrangian is not None:
         lb = lagrangian
     else:

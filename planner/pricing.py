@@ -11,7 +11,8 @@ larger cap in order of decreasing value, keeping the training pool's busy time (
 switches), host memory and every member's own loop within ``C``. A branch is cut when no completion
 can have a negative reduced cost; the bound uses two facts: each member needs a rollout class at
 least as dear as its cheapest one, and a class of cap ``C`` runs at most ``C`` seconds of rollout per
-cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``. Leaves that pass the
+cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``; and a class holds at
+most one rollout longer than ``C / 2``, so each such member pays at least its own class. Leaves that pass the
 bound are costed exactly: every choice of rollout options and partition into classes, laid out by
 ``class_layout`` (planner/optimal.py), the candidate rules. The search is therefore exact for the
 whole candidate space; when it runs out of time it proves nothing.
@@ -24,6 +25,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -96,6 +98,25 @@ def _candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, r
                      round(cost, 6), tuple(sorted(nodes.items())))
 
 
+class _Leader(NamedTuple):
+    """What the search for one training pool and leader needs at every node."""
+
+    key: tuple
+    trains: dict
+    tau: dict  # train time plus warm switch per job
+    mem_cap: float
+    cap: float  # the leader's cycle cap
+    opts: dict  # job -> rollout options whose loop fits the cap
+    cands: list  # members that may join, by decreasing value
+    cheapest: dict  # job -> cheapest rollout class
+    area: dict  # job -> rollout cost share by time
+    top_v: list
+    top_u: list
+    fixed: float  # the training pool's cost
+    big: dict  # job -> its own class's cost when its rollout exceeds half the cap, else 0
+    top_w: list
+
+
 class _Search:
     def __init__(self, builder, value, node_price, found, deadline, stop_after, rotation):
         self.stop_after = stop_after
@@ -146,11 +167,18 @@ class _Search:
             area = {j: min(self.price[o.cluster] * o.nodes * o.duration_s / cap for o in opts[j]) for j in opts}
             v = [self.value[j] for j in cands]
             u = [max(0.0, self.value[j] - area[j]) for j in cands]
+            # A class holds at most one rollout longer than half the cap (two would not fit), so such
+            # "big" members each pay at least their cheapest class (Martello-Toth's bin-packing bound).
+            big = {j: cheapest[j] if all(o.nodes == 1 and o.duration_s + o.switch_s > cap / 2 + TOL
+                                         for o in opts[j]) else 0.0 for j in opts}
+            top_w = _suffix_top([max(0.0, self.value[j] - big[j]) for j in cands], b.k - 1)
             top_v = _suffix_top(v, b.k - 1)
             top_u = _suffix_top(u, b.k - 1)
             fixed = self.price[key[1]] * trains[m].nodes
-            ctx = (key, trains, tau, train_mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed)
-            if not self._dfs(ctx, [m], 0, tau[m], trains[m].host_mem_gb, self.value[m], area[m], cheapest[m]):
+            ctx = _Leader(key, trains, tau, train_mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed, big,
+                          top_w)
+            if not self._dfs(ctx, [m], 0, tau[m], trains[m].host_mem_gb, self.value[m], area[m], cheapest[m],
+                             big[m]):
                 self.rotation[key] = li + 1  # the next call starts after this leader
                 return False
         return True
@@ -181,14 +209,14 @@ class _Search:
         np.fill_diagonal(better, False)
         return better
 
-    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class) -> bool:
-        key, trains, tau, mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed = ctx
+    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum) -> bool:
+        key, trains, tau, mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed, big, top_w = ctx
         self.visited += 1
         if self.visited % 2000 == 0 and time.perf_counter() > self.deadline:
             return False
         if self.stop_after is not None and len(self.found) >= self.stop_after:
             return False
-        if len(group) >= 2 and fixed - gain + max(min_class, area_sum) < -EPS:
+        if len(group) >= 2 and fixed - gain + max(min_class, area_sum, big_sum) < -EPS:
             self._leaf(ctx, group)
         room = self.b.k - len(group)
         if room == 0:
@@ -197,18 +225,18 @@ class _Search:
             j = cands[i]
             if busy + tau[j] > cap + TOL or mem + trains[j].host_mem_gb > mem_cap:
                 continue
-            g2, a2, c2 = gain + self.value[j], area_sum + area[j], max(min_class, cheapest[j])
+            g2, a2, c2, w2 = gain + self.value[j], area_sum + area[j], max(min_class, cheapest[j]), big_sum + big[j]
             left = room - 1
-            bound = fixed - g2 + max(c2 - top_v[i + 1][left], a2 - top_u[i + 1][left])
+            bound = fixed - g2 + max(c2 - top_v[i + 1][left], a2 - top_u[i + 1][left], w2 - top_w[i + 1][left])
             if bound >= -EPS:
                 continue
-            if not self._dfs(ctx, group + [j], i + 1, busy + tau[j], mem + trains[j].host_mem_gb, g2, a2, c2):
+            if not self._dfs(ctx, group + [j], i + 1, busy + tau[j], mem + trains[j].host_mem_gb, g2, a2, c2, w2):
                 return False
         return True
 
     def _leaf(self, ctx, group: list[int]) -> None:
         """Exact cost of the group: best rollout options and classes under the candidate rules."""
-        key, trains, tau, mem_cap, cap, opts, *_ , fixed = ctx
+        key, trains, cap, opts, fixed = ctx.key, ctx.trains, ctx.cap, ctx.opts, ctx.fixed
         b = self.b
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
@@ -248,29 +276,52 @@ class _Search:
         """The common case, fast: one rollout option per job, one node wide, one cluster. The
         classes are bins of capacity ``cap`` (warm switches counted when a bin is shared) and node
         host memory; the fewest bins is the cheapest."""
-        key, trains, tau, mem_cap, cap, opts, *_ , fixed = ctx
+        cap, opts, fixed = ctx.cap, ctx.opts, ctx.fixed
         options = [opts[j][0] for j in jobs]
         cluster = options[0].cluster
         price = self.price[cluster]
         node_mem = self.b.topo.clusters[cluster].host_mem_gb
         busy = [o.duration_s + o.switch_s for o in options]
         mem = [o.host_mem_gb for o in options]
-
-        def fits(block) -> bool:
-            if sum(mem[i] for i in block) > node_mem:
-                return False
-            return len(block) == 1 or sum(busy[i] for i in block) <= cap + TOL
-
         most = int(math.ceil((budget - EPS) / price)) - 1  # bins that still leave a negative rc
-        for bins in range(max(1, need), min(most, len(jobs)) + 1):
-            for part in partitions(len(jobs)):
-                if len(part) == bins and all(fits(block) for block in part):
-                    rc = fixed + price * bins - gain
-                    if rc < -EPS:
-                        cand = _candidate(self.b, jobs, trains[jobs[0]], options, [list(c) for c in part],
-                                          [0] * len(jobs))
-                        self.found[cand] = min(rc, self.found.get(cand, rc))
-                    return
+        n = len(jobs)
+        big = sum(1 for x in busy if x > cap / 2 + TOL)
+        fewest = max(1, need, big)
+        if fewest > most:
+            return
+        # Fewest bins by dynamic programming over subsets (at most 2^k of them): exact and quick.
+        full = (1 << n) - 1
+        load = [0.0] * (full + 1)
+        memory = [0.0] * (full + 1)
+        size = [0] * (full + 1)
+        for mask in range(1, full + 1):
+            low = (mask & -mask).bit_length() - 1
+            rest = mask & (mask - 1)
+            load[mask], memory[mask], size[mask] = load[rest] + busy[low], memory[rest] + mem[low], size[rest] + 1
+        ok = [mask > 0 and memory[mask] <= node_mem and (size[mask] == 1 or load[mask] <= cap + TOL)
+              for mask in range(full + 1)]
+        best = [0] + [n + 1] * full
+        pick = [0] * (full + 1)
+        for mask in range(1, full + 1):
+            low = mask & -mask
+            sub = mask
+            while sub:  # every feasible bin holding the lowest member of ``mask``
+                if sub & low and ok[sub] and best[mask ^ sub] + 1 < best[mask]:
+                    best[mask], pick[mask] = best[mask ^ sub] + 1, sub
+                sub = (sub - 1) & mask
+        if best[full] > most:
+            return
+        classes, mask = [], full
+        while mask:
+            classes.append([i for i in range(n) if pick[mask] >> i & 1])
+            mask ^= pick[mask]
+        self._record(ctx, jobs, options, classes, fixed + price * best[full] - gain)
+
+    def _record(self, ctx, jobs, options, classes, rc) -> None:
+        if rc < -EPS:
+            cand = _candidate(self.b, jobs, ctx.trains[jobs[0]], options, [sorted(c) for c in classes],
+                              [0] * len(jobs))
+            self.found[cand] = min(rc, self.found.get(cand, rc))
 
     def _class(self, cap: float, members: tuple) -> tuple[str, int, tuple[int, ...]] | None:
         """(cluster, width, layout) of one rollout class at this cap, or None; cached per leader."""

@@ -140,7 +140,7 @@ def test_fallback_to_weave_when_no_plan_is_verified_in_time():
 
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
     jobs = generate("Mixed", 100, 1)  # more than weave-testbed can hold
-    plan = make_plan(TESTBED, jobs, time_limit_s=8)
+    plan = make_plan(TESTBED, jobs, time_limit_s=20)
     assert_valid(plan, TESTBED, jobs)
     weave = make_plan(TESTBED, jobs, policy="weave")
     placed = sum(len(g.jobs) for g in plan.groups)
