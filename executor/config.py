@@ -5,6 +5,11 @@
     long_tail_migration: {threshold: 0.8, target_share: 0.25}   # or false to switch it off
     lend_idle_gpus: true
     lend_min_gain: 2.0   # lend only when the GPU would idle this many times the round-trip switch
+
+``long_tail_migration`` may also carry the sim backend's tail model, ``tail_share`` (share of a
+rollout's time left when the threshold share of responses is done, default 0.3) and
+``tail_slowdown`` (the tail on fewer GPUs, default 1.05); ``weave simulate`` reads them. Both are
+assumptions of this simulator, not figures from the paper.
 """
 
 from __future__ import annotations

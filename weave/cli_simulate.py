@@ -54,7 +54,6 @@ def simulate(
     from executor.faults import parse_faults
     from executor.outputs import metrics, write_outputs
     from executor.run import simulate_plan
-    from executor.sim import SimModel
     from planner.model import PlanningModel
     from planner.plan import POLICIES, load_plan
     from profiles.durations import parse_quantile
@@ -103,7 +102,7 @@ def simulate(
         return n * solo_model.solo_iteration_s(job)
 
     injector = spec.injector(jobs, lifetime) if (spec.steps or spec.template) else None
-    model = SimModel(link_sharing=not no_link_sharing)
+    model = _sim_model(plan.elastic if plan is not None else {}, not no_link_sharing)
     progress, bar = _progress(not as_json)
 
     def online(base_jobs: JobSet, base_plan, q_plan):
@@ -192,6 +191,24 @@ def simulate(
         print_json({k: v for k, v in _json_safe(data).items() if k not in ("per_job", "log")})
         return
     _summary(data, out, len(paths))
+
+
+def _sim_model(elastic: dict, link_sharing: bool):
+    """The tail model may be tuned in the plan's ``elastic.long_tail_migration`` (tail_share, tail_slowdown)."""
+    from executor.sim import SimModel
+
+    ltm = elastic.get("long_tail_migration") if isinstance(elastic, dict) else None
+    ltm = ltm if isinstance(ltm, dict) else {}
+    defaults = SimModel()
+    try:
+        tail_share = float(ltm.get("tail_share", defaults.tail_share))
+        tail_slowdown = float(ltm.get("tail_slowdown", defaults.tail_slowdown))
+    except (TypeError, ValueError):
+        raise InputError("<plan>", "elastic.long_tail_migration", "tail_share and tail_slowdown must be numbers") from None
+    if not 0 <= tail_share < 1 or tail_slowdown < 1:
+        raise InputError("<plan>", "elastic.long_tail_migration",
+                         f"need 0 <= tail_share < 1 and tail_slowdown >= 1 (got {tail_share}, {tail_slowdown})")
+    return SimModel(tail_share=tail_share, tail_slowdown=tail_slowdown, link_sharing=link_sharing)
 
 
 def _rules(plan, plan_file):
