@@ -37,6 +37,8 @@ from typing import Callable, Iterable
 from executor.backend import Backend, Measured, PhaseRun, SyncRun
 from executor.config import ElasticRules
 from executor.queues import GpuQueue, JobSchedule, Key
+from executor.switching import changed_jobs, hot_joins
+from executor.switching import closure as affected
 from planner.model import PlanningModel
 from planner.plan import GroupPlan, JobPlan, Plan
 from profiles.jobs import JobSet, JobSpec
@@ -554,26 +556,10 @@ class Controller:
         delays = dict(delays or {})
         old = self.job_plans
         new = plan.jobs
-        changed = {j for j in set(old) | set(new) if _changed(old.get(j), new.get(j))
-                   and not (j not in new and self.state[j].finished)}  # a finished job just leaves
+        changes = changed_jobs(old, new, lambda j: self.state[j].finished)
         running = {j for j in old if not self.state[j].finished}
-        # A job that only joins a group whose other timetables are untouched slots straight in.
-        hot: set[str] = set()
-        for j in changed - set(old):
-            group = new[j][0]
-            others = [x.name for x in group.jobs if x.name != j]
-            if all(o in old and not _changed(old[o], new[o]) and old[o][0].cycle_s == group.cycle_s
-                   for o in others):
-                hot.add(j)
-        closure = set(changed - hot)
-        while True:
-            groups_old = {old[j][0].name for j in closure if j in old}
-            groups_new = {new[j][0].name for j in closure if j in new}
-            more = {j for j, (g, _) in old.items() if g.name in groups_old} | \
-                   {j for j, (g, _) in new.items() if g.name in groups_new}
-            if more <= closure:
-                break
-            closure |= more
+        hot = hot_joins(changes, old, new)  # joins a group whose other timetables are untouched
+        closure = affected(changes - hot, old, new)
         # Unchanged jobs keep their schedules but follow the new plan's group objects.
         for j in set(new) - closure - hot:
             if j in old:
@@ -690,13 +676,3 @@ class Controller:
     # ----- driving ----------------------------------------------------------------------------
     def all_finished(self) -> bool:
         return all(st.finished for st in self.state.values()) and self.pending is None
-
-
-def _changed(a: tuple[GroupPlan, JobPlan] | None, b: tuple[GroupPlan, JobPlan] | None) -> bool:
-    if a is None or b is None:
-        return True
-    (ga, ja), (gb, jb) = a, b
-    if abs(ga.cycle_s - gb.cycle_s) > 1e-9:
-        return True
-    return [(s.phase, s.start_s, s.duration_s, tuple(s.gpus)) for s in ja.phases] != \
-        [(s.phase, s.start_s, s.duration_s, tuple(s.gpus)) for s in jb.phases]
