@@ -174,3 +174,25 @@ def test_queue_order_follows_planned_offsets_across_the_cycle_wrap():
     # B: rollout at 100, its train at offset 0 of the next cycle (rel 100), sync at 50 (rel 150).
     assert b.rel == {"rollout": 0.0, "train": 100.0, "sync": 150.0}
     assert b.planned("train", 2) == pytest.approx(600.0)
+
+
+def test_plan_change_closure_and_hot_joins():
+    from executor.switching import changed_jobs, closure, hot_joins
+
+    pair = shared_pair()
+    other = plan_of(solo_group("C", 1))
+    old = {**pair.jobs, **other.jobs}
+    # A's rollout grows: A and B share g0, so both drain; C's group is untouched.
+    g0 = pair.groups[0]
+    a = g0.jobs[0]
+    longer = a.model_copy(update={"phases": [a.phases[0].model_copy(update={"duration_s": 120.0}), *a.phases[1:]]})
+    new = {**plan_of(g0.model_copy(update={"jobs": [longer, g0.jobs[1]]})).jobs, **other.jobs}
+    changes = changed_jobs(old, new, lambda j: False)
+    assert changes == {"A"} and closure(changes, old, new) == {"A", "B"}
+    # A finished job leaving is no change; a newcomer next to unchanged members joins hot.
+    assert changed_jobs(old, {k: v for k, v in old.items() if k != "C"}, lambda j: j == "C") == set()
+    d = job_plan("D", "rollout-001", "train-001", 0, 100, 100, 50, 150, 152)  # slots do not matter here
+    joined = GroupPlan(name="g1", cycle_s=152.0, nodes=["rollout-001", "train-001"],
+                       jobs=[other.groups[0].jobs[0], d])
+    new2 = {**pair.jobs, **plan_of(joined).jobs}
+    assert hot_joins(changed_jobs(old, new2, lambda j: False), old, new2) == {"D"}
