@@ -44,6 +44,8 @@ from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
+NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
+NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
 SMALL_MASTER = 3_000  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
@@ -140,7 +142,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     hint = min(incumbents, key=lambda inc: _objective(columns, inc, penalty), default=None)
     banned: set[int] = set()
     large = result.mode == "colgen" or len(columns) > SMALL_MASTER
-    if large:
+    if large or result.mode == "enumerate":
         for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
             add(_candidate_column(cand, charge))
         # A complete enumeration needs no pricing: its LP is the relaxation already.
@@ -162,7 +164,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
         if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
             hint = rounded
-        banned |= _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
+        if large:  # small complete enumerations keep every column: their master is exact
+            banned |= _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
     verified: dict[int, tuple[list, list[str], object]] = {}
     master = None
     while job_ids:
@@ -305,6 +308,11 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
             if not fresh and pr.proven:
                 best = max(best, value)
                 say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal")
+                # Integer plans need columns the LP did not: collect those of small reduced cost.
+                near = price_exact(builder, pi, mu, extra=charge, deadline=deadline, max_columns=NEAR_COLUMNS,
+                                   threshold=NEAR_SHARE * value / max(1, len(job_ids)) * builder.k)
+                extra_columns = sum(add(_candidate_column(cand, charge)) for cand in near.columns)
+                say(f"columns near the LP optimum: +{extra_columns}")
                 break
         for column in fresh:
             lp.add(column)
@@ -369,11 +377,11 @@ def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -
 
 
 def _dive(columns: list[Column], state: LpState, job_ids: list[int], topo, penalty: float, rounded: Incumbent,
-          *, deadline: float, size: int = 800) -> Incumbent | None:
+          *, deadline: float, size: int = 2000) -> Incumbent | None:
     """Diving on the LP restricted to the columns of least reduced cost (small, so each re-solve is
     quick), the rounded plan's columns included so that it stays feasible."""
-    rc = sorted(range(len(state.x)), key=lambda i: _reduced_cost(columns[i], state))
-    singles = {i for i, col in enumerate(columns[:len(state.x)]) if len(col.jobs) == 1 and not col.pinned}
+    rc = sorted(range(len(columns)), key=lambda i: _reduced_cost(columns[i], state))
+    singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1 and not col.pinned}
     subset = sorted(set(rc[:size]) | set(rounded.columns) | singles)
     lp = LpMaster(job_ids, topo, penalty)
     for i in subset:
@@ -391,7 +399,7 @@ def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumb
     """Columns the integer master may ignore: a plan better than ``upper`` uses only columns of reduced
     cost at most ``upper - LP`` (exact); beyond that, only the ``keep_at_most`` of least reduced cost
     stay (a heuristic that keeps the master fast; the bound does not depend on it)."""
-    rc = {i: _reduced_cost(col, state) for i, col in enumerate(columns[:len(state.x)])}
+    rc = {i: _reduced_cost(col, state) for i, col in enumerate(columns)}
     keep = sorted((i for i, r in rc.items() if r <= upper - state.value + 1e-6), key=lambda i: rc[i])
     singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1}
     keep = set(keep[:keep_at_most]) | set(hint.columns) | singles

@@ -51,12 +51,14 @@ class Pricing:
 
 def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, float], *,
                 extra: dict[int, float], deadline: float, max_columns: int = 300, stop_after: int | None = None,
-                rotation: dict | None = None) -> Pricing:
+                rotation: dict | None = None, threshold: float = 0.0) -> Pricing:
     """All groups of negative reduced cost (the ``max_columns`` most negative) and a proven bound.
 
     With ``stop_after``, the search stops once it has found that many columns (nothing proven):
     early column-generation rounds need columns, not proofs. ``rotation`` (kept by the caller)
-    makes the next call start at the leader where this one stopped, so no leader is starved."""
+    makes the next call start at the leader where this one stopped, so no leader is starved.
+    With ``threshold`` > 0 it collects every column of reduced cost below it instead (columns near
+    the LP optimum, from which the integer master builds its plans; the bound is then not used)."""
     node_price = {c: builder.price[c] - mu.get(c, 0.0) for c in builder.price}
     value = {j: pi[j] - extra.get(j, 0.0) for j in builder.job_ids}
     found: dict[Candidate, float] = {}
@@ -67,9 +69,10 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
                 if builder.loop_s(j, t, o) <= builder.cap[j] + TOL:
                     rc = node_price[t.cluster] * t.nodes + node_price[o.cluster] * o.nodes - value[j]
                     rc_min = min(rc_min, rc)
-                    if rc < -EPS:
+                    if rc < threshold - EPS:
                         found[_candidate(builder, [j], t, [o], [[0]], [0])] = rc
-    search = _Search(builder, value, node_price, found, deadline, stop_after, rotation if rotation is not None else {})
+    search = _Search(builder, value, node_price, found, deadline, stop_after, rotation if rotation is not None else {},
+                     threshold)
     if builder.k >= 2:
         keys: dict[tuple, list[int]] = {}
         for j in builder.job_ids:
@@ -118,7 +121,8 @@ class _Leader(NamedTuple):
 
 
 class _Search:
-    def __init__(self, builder, value, node_price, found, deadline, stop_after, rotation):
+    def __init__(self, builder, value, node_price, found, deadline, stop_after, rotation, threshold=0.0):
+        self.threshold = threshold - EPS  # keep columns of reduced cost below this
         self.stop_after = stop_after
         self.rotation = rotation
         self.b = builder
@@ -216,7 +220,7 @@ class _Search:
             return False
         if self.stop_after is not None and len(self.found) >= self.stop_after:
             return False
-        if len(group) >= 2 and fixed - gain + max(min_class, area_sum, big_sum) < -EPS:
+        if len(group) >= 2 and fixed - gain + max(min_class, area_sum, big_sum) < self.threshold:
             self._leaf(ctx, group)
         room = self.b.k - len(group)
         if room == 0:
@@ -228,7 +232,7 @@ class _Search:
             g2, a2, c2, w2 = gain + self.value[j], area_sum + area[j], max(min_class, cheapest[j]), big_sum + big[j]
             left = room - 1
             bound = fixed - g2 + max(c2 - top_v[i + 1][left], a2 - top_u[i + 1][left], w2 - top_w[i + 1][left])
-            if bound >= -EPS:
+            if bound >= self.threshold:
                 continue
             if not self._dfs(ctx, group + [j], i + 1, busy + tau[j], mem + trains[j].host_mem_gb, g2, a2, c2, w2):
                 return False
@@ -240,7 +244,7 @@ class _Search:
         b = self.b
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
-        budget = gain - fixed  # rollout classes must cost less than this for a negative rc
+        budget = gain - fixed + self.threshold + EPS  # rollout classes must cost less for rc < threshold
         if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs):
             # One-node rollouts: at least ceil(total rollout time / cap) classes.
             need = math.ceil(sum(opts[j][0].duration_s for j in jobs) / cap - 1e-9)
@@ -267,7 +271,7 @@ class _Search:
                 else:
                     if all(n <= b.topo.clusters[c].nodes for c, n in nodes.items()):
                         best = (fixed + cost - gain, rollouts, part, offsets)
-        if best is not None and best[0] < -EPS:
+        if best is not None and best[0] < self.threshold:
             rc, rollouts, part, offsets = best
             cand = _candidate(b, jobs, trains[jobs[0]], list(rollouts), [list(c) for c in part], offsets)
             self.found[cand] = min(rc, self.found.get(cand, rc))
@@ -318,7 +322,7 @@ class _Search:
         self._record(ctx, jobs, options, classes, fixed + price * best[full] - gain)
 
     def _record(self, ctx, jobs, options, classes, rc) -> None:
-        if rc < -EPS:
+        if rc < self.threshold:
             cand = _candidate(self.b, jobs, ctx.trains[jobs[0]], options, [sorted(c) for c in classes],
                               [0] * len(jobs))
             self.found[cand] = min(rc, self.found.get(cand, rc))
