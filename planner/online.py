@@ -11,6 +11,9 @@ new solve:
   round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly, on at most
   ``max_trials`` groups, best-fitting training pool first: admission latency stays bounded with
   thousands of jobs (a job that finds no room there gets a group of its own; ``replan`` repacks).
+- Admission also keeps each inter-cluster link's average sync load (one model copy per job per
+  cycle, at the link's bandwidth) within ``link_budget`` (70 % by default): past it, concurrent syncs
+  queue on the link and stretch iterations beyond their SLOs. A job that would overload it waits.
 - ``release(name)`` drops a finished job; nodes nobody in its group uses any more go back to the
   free pool, and the group keeps its timetable unless the round robin of the rest is shorter.
 - ``replan(jobs)`` solves again with the ``optimal`` policy (planner/optimize.py). Every current
@@ -88,11 +91,17 @@ class _Placement:
 class OnlinePlanner:
     def __init__(self, topology: Topology, jobs: JobSet, plan: Plan | None = None, *,
                  quantile: float | str = 0.95, max_group_size: int = 5, max_trials: int = 24,
-                 source: str = "<plan>"):
+                 link_budget: float | None = 0.7, source: str = "<plan>"):
         self.topology = topology
         self.max_group_size = max_group_size
         self.max_trials = max_trials  # round-robin simulations per admission, best-fitting groups first
         self._trials = max_trials
+        # Share of each inter-cluster link that the weight syncs of admitted groups may use on average
+        # (one model copy per job per cycle); above it, concurrent syncs queue on the link and stretch
+        # iterations past their SLOs (the simulator shares link bandwidth). None: no limit.
+        self.link_budget = link_budget
+        self.link_load: dict[tuple[str, str], float] = {}
+        self._links = {tuple(sorted(link.between)): link.gbps for link in topology.spec.links}
         self.jobs: dict[str, JobSpec] = {j.name: j for j in jobs.jobs}
         self.quantile = plan.quantile if plan is not None else quantile
         self.model = PlanningModel(topology, jobs, self.quantile)
@@ -101,6 +110,7 @@ class OnlinePlanner:
         self.groups: dict[str, _Group] = {}
         self.rejected: list[Rejection] = []
         self._next = 0
+        self._full_link: tuple[str, str] | None = None
         self._busy: dict[tuple, float] = {}
         self._options: dict[tuple, list[PhaseOption]] = {}
         self._where: dict[str, str] = {}  # job -> group name
@@ -122,6 +132,7 @@ class OnlinePlanner:
             group = _Group(g.name, members, list(g.nodes), g.cycle_s, phases, plan=g)
             self.groups[g.name] = group
             self._summarize(group)
+            self._add_load(self._group_load(group.members, group.cycle_s), +1)
             taken.update(g.nodes)
             for m in members:
                 self._pin(m, +1)
@@ -319,6 +330,31 @@ class OnlinePlanner:
         free = self.free[cluster]
         return free[:count] if len(free) >= count else None
 
+    # ----- inter-cluster links ----------------------------------------------------------------------
+    def _group_load(self, members: list[Member], cycle_s: float) -> dict[tuple[str, str], float]:
+        """Busy share of each inter-cluster link: one model copy per member per cycle crosses the
+        link between its training and rollout clusters (the two-stage sync)."""
+        load: dict[tuple[str, str], float] = {}
+        for m in members:
+            pair = tuple(sorted((self.topology.node(node_of(m.train_gpus[0])).cluster,
+                                 self.topology.node(node_of(m.rollout_gpus[0])).cluster)))
+            if pair[0] != pair[1] and pair in self._links:
+                seconds = m.job.weight_bytes * 8 / (self._links[pair] * 1e9)
+                load[pair] = load.get(pair, 0.0) + seconds / cycle_s
+        return load
+
+    def _add_load(self, load: dict[tuple[str, str], float], sign: int) -> None:
+        for pair, share in load.items():
+            self.link_load[pair] = self.link_load.get(pair, 0.0) + sign * share
+
+    def _link_full(self, before: dict, after: dict) -> tuple[str, str] | None:
+        if self.link_budget is None:
+            return None
+        for pair, share in after.items():
+            if self.link_load.get(pair, 0.0) - before.get(pair, 0.0) + share > self.link_budget + 1e-9:
+                return pair
+        return None
+
     def _try(self, job: JobSpec, group: _Group | None, member: Member, fresh: list[str],
              added: float) -> _Placement | None:
         if not self._mem_fits(member):
@@ -328,6 +364,11 @@ class OnlinePlanner:
         members = (group.members if group else []) + [member]
         rr = round_robin_timetable(self.model, members)
         if any(rr.cycle_s > self._cap(m.job) * (1 + SLO_TOL) for m in members):
+            return None
+        before = self._group_load(group.members, group.cycle_s) if group else {}
+        full = self._link_full(before, self._group_load(members, rr.cycle_s))
+        if full is not None:
+            self._full_link = full
             return None
         return _Placement(added, group, member, fresh, rr.cycle_s, rr.phases)
 
@@ -347,9 +388,14 @@ class OnlinePlanner:
                 member = Member(job, tuple(g for n in roll_nodes for g in topo.node(n).gpu_ids)[:o.gpus],
                                 tuple(g for n in train_nodes for g in topo.node(n).gpu_ids)[:t.gpus])
                 fresh = train_nodes + roll_nodes
+                self._full_link = None
                 p = self._try(job, None, member, fresh, topo.cost_usd_per_hour(fresh))
                 if p is None:
-                    if isinstance(best, str):
+                    if self._full_link is not None:
+                        a, b = self._full_link
+                        best = (f"the {a}-{b} link is full: weight syncs would use more than "
+                                f"{100 * self.link_budget:.0f}% of it")
+                    elif isinstance(best, str):
                         best = f"misses its SLO even alone on {t.gpus}+{o.gpus} GPUs"
                     continue
                 if isinstance(best, str) or p.added < best.added:
@@ -357,6 +403,8 @@ class OnlinePlanner:
         return best
 
     def _apply(self, p: _Placement) -> _Group:
+        if p.group is not None:
+            self._add_load(self._group_load(p.group.members, p.group.cycle_s), -1)
         for n in p.fresh:
             self.free[self.topology.node(n).cluster].remove(n)
         self._pin(p.member, +1)
@@ -371,6 +419,7 @@ class OnlinePlanner:
             group.nodes += p.fresh
             group.cycle_s, group.phases, group.plan = p.cycle_s, p.phases, None
         self._summarize(group)
+        self._add_load(self._group_load(group.members, group.cycle_s), +1)
         self._where[p.member.job.name] = group.name
         return group
 
@@ -387,6 +436,7 @@ class OnlinePlanner:
                 return self.plan
             raise KeyError(f"job {name} is not in the plan")
         member = next(m for m in group.members if m.job.name == name)
+        self._add_load(self._group_load(group.members, group.cycle_s), -1)
         self._pin(member, -1)
         group.members.remove(member)
         del self._where[name]
@@ -403,6 +453,7 @@ class OnlinePlanner:
             group.cycle_s, group.phases = rr.cycle_s, rr.phases
         group.plan = None
         self._summarize(group)
+        self._add_load(self._group_load(group.members, group.cycle_s), +1)
         return self.plan
 
     def _free(self, nodes: list[str]) -> None:
@@ -446,7 +497,7 @@ class OnlinePlanner:
         self.jobs = {j.name: j for j in jobs.jobs}
         self.model = PlanningModel(self.topology, jobs, self.quantile)
         self.free = {c: [n.id for n in self.topology.nodes_in(cluster=c)] for c in self.topology.clusters}
-        self.mem, self.groups, self._next, self._where = {}, {}, 0, {}
+        self.mem, self.groups, self._next, self._where, self.link_load = {}, {}, 0, {}, {}
         self._busy, self._options = {}, {}
         self._load(new_plan, "<replan>")
         return Replan(new_plan, moved, before.cost_usd_per_hour, new_plan.cost_usd_per_hour)

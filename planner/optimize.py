@@ -14,15 +14,15 @@
    CP-SAT timetable (planner/timetable.py). A group without one is banned and the master re-solved.
 
 Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`` and the gap):
-- complete enumeration: the integer master's own bound, and the LP relaxation's when the master is
-  large (more than 3,000 columns: CBC then solves it like a column-generation master);
+- complete enumeration: the better of the integer master's own bound and the LP relaxation's (a
+  master of more than 3,000 columns is then solved by CBC like a column-generation master);
 - otherwise: column generation's Lagrangian bound (equal to the LP optimum once the exact pricing
   proves that no column improves);
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``.
 With rejections the bound is on plans that place as many jobs.
 
-Time: enumeration <= 10 %, column generation <= 50 % of the limit, the integer master up to 80 %
-(at least a second), the timetables the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
+Time: enumeration <= 10 %, column generation <= 50 % of the limit, the integer master up to 75 %
+(CBC may overrun its limit by a second or two while it stops), the timetables the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
 the weave policy).
 """
 
@@ -142,14 +142,13 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     hint = min(incumbents, key=lambda inc: _objective(columns, inc, penalty), default=None)
     banned: set[int] = set()
     large = result.mode == "colgen" or len(columns) > SMALL_MASTER
-    if large or result.mode == "enumerate":
-        for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
-            add(_candidate_column(cand, charge))
-        # A complete enumeration needs no pricing: its LP is the relaxation already.
-        lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
-                                                  deadline=started + 0.5 * time_limit_s, threads=threads, say=say,
-                                                  incumbent=_objective(columns, hint, penalty) if hint else None,
-                                                  price=result.mode == "colgen")
+    for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
+        add(_candidate_column(cand, charge))
+    # The LP: its bound, its rounding as a starting plan. A complete enumeration needs no pricing.
+    lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
+                                              deadline=started + 0.5 * time_limit_s, threads=threads, say=say,
+                                              incumbent=_objective(columns, hint, penalty) if hint else None,
+                                              price=result.mode == "colgen")
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
     if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
@@ -159,7 +158,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         rounded = _round_lp(columns, lp_state, job_ids, topo)
         dived = _dive(columns, lp_state, job_ids, topo, penalty, rounded,
                       deadline=time.perf_counter() + 0.05 * time_limit_s)
-        if dived is not None and _conflict_free(columns, dived.columns) and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
+        if dived is not None and _conflict_free(columns, dived.columns) \
+                and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
             rounded = dived
         say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
         if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
@@ -175,7 +175,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         # The LP bound is already known: the master need not prove much, it must leave time for
         # the timetables.
         master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
-                               time_limit_s=max(min(1.0, left / 2), started + 0.8 * time_limit_s - time.perf_counter()),
+                               time_limit_s=max(min(1.0, left / 3), started + 0.75 * time_limit_s - time.perf_counter()),
                                threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
         if master.objective is None and hint is not None:  # no solution in time: the best known plan
@@ -191,12 +191,15 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             break
         if not failed:
             break
-        for i in banned:  # a set whose kept configurations all failed gets its next one
+        for i in failed:  # a set whose kept configurations all failed gets its next one
             cand = columns[i].candidate
             spare = builder.reserve.get(cand.jobs) if cand is not None else None
             if spare:
                 add(_candidate_column(spare.pop(0), charge))
-        hint = Incumbent([i for i in master.chosen if i not in banned], master.rejected)
+        # The plan less the failed groups, their jobs rejected: still feasible, a safe next hint.
+        kept_columns = [i for i in master.chosen if i not in banned]
+        covered = {j for i in kept_columns for j in columns[i].jobs}
+        hint = Incumbent(kept_columns, [j for j in job_ids if j not in covered])
     wall = time.perf_counter() - started
     if job_ids and (master is None or any(i not in verified for i in master.chosen)):
         raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic)
@@ -406,13 +409,13 @@ def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumb
     return {i for i in rc if i not in keep}
 
 
-def _verify(model, columns, chosen, verified, banned, deadline, threads, result, timetables) -> bool | None:
-    """Lay out and timetable every chosen column; ban those without a timetable. Returns whether
-    any failed, or None when time ran out first. A column's timetable does not depend on which
+def _verify(model, columns, chosen, verified, banned, deadline, threads, result, timetables) -> list[int] | None:
+    """Lay out and timetable every chosen column; ban those without a timetable. Returns those that
+    failed, or None when time ran out first. A column's timetable does not depend on which
     nodes of its clusters it gets, so ``timetables`` keeps it across master solves."""
     reserved = {n for i in chosen if columns[i].pinned for n in columns[i].template.nodes}
     free = FreeNodes(model.topology, reserved)
-    failed = False
+    failed: list[int] = []
     for i in sorted(chosen, key=lambda i: not columns[i].pinned):
         members, nodes = materialize(model, columns[i], free)
         if i not in timetables:
@@ -430,7 +433,7 @@ def _verify(model, columns, chosen, verified, banned, deadline, threads, result,
             banned.add(i)
             verified.pop(i, None)
             result.timetable_failures += 1
-            failed = True
+            failed.append(i)
     return failed
 
 

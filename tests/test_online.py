@@ -167,3 +167,26 @@ def test_replan_with_drifted_profiles_keeps_slos():
     result = replan(base, drifted, TESTBED, migration_cost_s=60, time_limit_s=20)
     assert not check_plan(result.plan, TESTBED, drifted)
     assert not result.plan.rejected
+
+
+def test_link_budget_holds_back_jobs_that_would_flood_the_inter_cluster_link():
+    # A 32B job moves 64 GB per sync: 25.6 s over the 20 Gbit/s link, about a tenth of its cycle.
+    big = [dict(job(f"J{i}", 150, 100), params_b=32) for i in range(12)]
+    jobs = jobset(*big)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]), link_budget=0.5)
+    results = [op.admit(spec) for spec in jobs.jobs]
+    assert not all(r.placed for r in results)
+    refused = next(r for r in results if not r.placed)
+    assert "link is full" in refused.reason
+    assert 0 < op.link_load[("rollout", "train")] <= 0.5 + 1e-9
+    loads = [sum(32e9 * 2 * 8 / 20e9 / g.cycle_s for _ in g.jobs) for g in op.plan.groups]
+    assert sum(loads) == pytest.approx(op.link_load[("rollout", "train")])
+    op.release(next(r.plan for r in results if r.placed).groups[0].jobs[0].name)
+    assert op.admit(jobs[refused.plan.rejected[0].name]).placed  # room again once a job leaves
+
+
+def test_no_link_budget_admits_everything_that_fits():
+    big = [dict(job(f"J{i}", 150, 100), params_b=32) for i in range(12)]
+    jobs = jobset(*big)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]), link_budget=None)
+    assert all(op.admit(spec).placed for spec in jobs.jobs)
