@@ -419,6 +419,8 @@ def run() -> None:
     sys.exit(main())
 
 
-__import__("weave.cli_simulate").cli_simulate.register(app)  # weave simulate (executor, sim backend)
+from weave.cli_simulate import register as _register_simulate  # noqa: E402 (needs ``app`` above)
+
+_register_simulate(app)  # weave simulate (executor, sim backend)
 if __name__ == "__main__":
     run()
