@@ -61,12 +61,15 @@ class LpMaster:
         self.objective = self.solver.Objective()
         self.objective.SetMinimization()
         self.vars: list = []
+        self.columns: list[Column] = []
+        self.nodes = {c: spec.nodes for c, spec in topo.clusters.items()}
         for j in job_ids:
             r = self.solver.NumVar(0, self.solver.infinity(), f"reject{j}")  # no upper bound: its dual would enter the bound
             self.cover[j].SetCoefficient(r, 1)
             self.objective.SetCoefficient(r, penalty)
 
     def add(self, column: Column) -> None:
+        self.columns.append(column)
         var = self.solver.NumVar(0, self.solver.infinity(), f"x{len(self.vars)}")
         for j in column.jobs:
             self.cover[j].SetCoefficient(var, 1)
@@ -86,10 +89,11 @@ class LpMaster:
     def values(self) -> list[float]:
         return [v.solution_value() for v in self.vars]
 
-    def dive(self, deadline: float) -> list[int] | None:
-        """Round the LP by diving: fix the columns at (nearly) one and the largest fractional one,
-        solve again, until the solution is integral. Returns the chosen columns, or None when time
-        ran out. Leaves the fixings in place (the LP is not used after this)."""
+    def dive(self, deadline: float, per: int = 1) -> list[int] | None:
+        """Round the LP by diving: fix the columns at one and the largest fractional one, solve
+        again (warm), until the solution is integral. Up to ``per`` fractional columns are fixed at a
+        time, pairwise disjoint and within the node counts, so the fixings stay feasible. Returns the chosen columns, or None when time ran out. Leaves the
+        fixings in place (the LP is not used after this)."""
         while time.perf_counter() < deadline:
             if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
                 return None
@@ -97,9 +101,27 @@ class LpMaster:
             fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
             if not fractional:
                 return [i for i, v in enumerate(x) if v > 0.5]
-            fix = [i for i in fractional if x[i] > 0.9] or [max(fractional, key=lambda i: x[i])]
-            for i in fix:
+            fixed = [i for i, v in enumerate(x) if v >= 1 - 1e-6]
+            taken = {j for i in fixed for j in self.columns[i].jobs}
+            nodes: dict[str, int] = {}
+            for i in fixed:
+                for c, n in self.columns[i].nodes:
+                    nodes[c] = nodes.get(c, 0) + n
+            for i in fixed:
                 self.vars[i].SetLb(1)
+            # The largest fractional columns, up to ``per``, that share no job and fit the nodes.
+            picked = 0
+            for i in sorted(fractional, key=lambda i: -x[i]):
+                col = self.columns[i]
+                if taken.intersection(col.jobs) or any(nodes.get(c, 0) + n > self.nodes[c] for c, n in col.nodes):
+                    continue
+                self.vars[i].SetLb(1)
+                taken.update(col.jobs)
+                for c, n in col.nodes:
+                    nodes[c] = nodes.get(c, 0) + n
+                picked += 1
+                if picked >= per:
+                    break
         return None
 
 

@@ -21,7 +21,7 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``.
 With rejections the bound is on plans that place as many jobs.
 
-Time: enumeration <= 10 %, column generation <= 50 % of the limit, the integer master up to 75 %
+Time: enumeration <= 10 %, column generation <= 60 % of the limit, the integer master up to 80 %
 (CBC may overrun its limit by a second or two while it stops), the timetables the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
 the weave policy).
 """
@@ -38,7 +38,7 @@ from planner.columns import Column, FreeNodes, Incumbent, group_timetable, mater
 from planner.model import PlanningModel
 from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
                              work_lower_bound)
-from planner.pricing import price_exact
+from planner.pricing import PricingPool, price_exact
 from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 
 Progress = Callable[[str], None]
@@ -46,7 +46,8 @@ SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
-SMALL_MASTER = 3_000  # columns up to which CP-SAT solves the complete enumeration's master exactly
+SMALL_MASTER = 3_000
+PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
 @dataclass
@@ -146,9 +147,9 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         add(_candidate_column(cand, charge))
     # The LP: its bound, its rounding as a starting plan. A complete enumeration needs no pricing.
     lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
-                                              deadline=started + 0.5 * time_limit_s, threads=threads, say=say,
+                                              deadline=started + 0.6 * time_limit_s, threads=threads, say=say,
                                               incumbent=_objective(columns, hint, penalty) if hint else None,
-                                              price=result.mode == "colgen")
+                                              price=result.mode == "colgen", dive_s=0.15 * time_limit_s)
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
     if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
@@ -156,11 +157,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         solver = "pulp" if large else "cpsat"
     if lp_state is not None:
         rounded = _round_lp(columns, lp_state, job_ids, topo)
-        dived = _dive(columns, lp_state, job_ids, topo, penalty, rounded,
-                      deadline=time.perf_counter() + 0.05 * time_limit_s)
-        if dived is not None and _conflict_free(columns, dived.columns) \
-                and _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
-            rounded = dived
+        if lp_state.dive is not None and _conflict_free(columns, lp_state.dive):
+            covered = {j for i in lp_state.dive for j in columns[i].jobs}
+            dived = Incumbent(lp_state.dive, [j for j in job_ids if j not in covered])
+            if _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
+                rounded = dived
         say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
         if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
             hint = rounded
@@ -175,7 +176,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         # The LP bound is already known: the master need not prove much, it must leave time for
         # the timetables.
         master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
-                               time_limit_s=max(min(1.0, left / 3), started + 0.75 * time_limit_s - time.perf_counter()),
+                               time_limit_s=max(min(1.0, left / 3), started + 0.8 * time_limit_s - time.perf_counter()),
                                threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
         if master.objective is None and hint is not None:  # no solution in time: the best known plan
@@ -278,7 +279,7 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
 
 
 def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
-                       incumbent: float | None = None, price: bool = True):
+                       incumbent: float | None = None, price: bool = True, dive_s: float = 0.0):
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
     Returns the best Lagrangian bound (None when no pricing was proven)."""
     lp = LpMaster(job_ids, model.topology, penalty)
@@ -286,48 +287,60 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         lp.add(column)
     k_groups = max_groups(model.topology, len(job_ids), incumbent)
     best = -math.inf
-    started = time.perf_counter()
     rotation: dict = {}
     value = None
     greedy = True
-    while time.perf_counter() < deadline:
-        value, pi, mu = lp.solve()
-        result.lp_iterations += 1
-        if not price:
-            best = value
-            break
-        fresh = []
-        if greedy:
-            fresh = [c for c in (_candidate_column(cand, charge)
-                                 for cand in price_greedy(builder, pi, mu, extra=charge)) if add(c)]
-            greedy = len(fresh) >= 10  # once the heuristic dries up, the exact search takes over
-        how = "greedy"
-        if not fresh:  # search exactly, stopping early while columns abound
-            pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation)
-            if pr.proven:
-                best = max(best, value + k_groups * pr.rc_lower_bound)
-            fresh = [c for c in (_candidate_column(cand, charge) for cand in pr.columns) if add(c)]
-            how = "exact" + (", proven" if pr.proven else "")
-            if not fresh and pr.proven:
-                best = max(best, value)
-                say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal")
-                # Integer plans need columns the LP did not: collect those of small reduced cost.
-                near = price_exact(builder, pi, mu, extra=charge, deadline=deadline, max_columns=NEAR_COLUMNS,
-                                   threshold=NEAR_SHARE * value / max(1, len(job_ids)) * builder.k)
-                extra_columns = sum(add(_candidate_column(cand, charge)) for cand in near.columns)
-                say(f"columns near the LP optimum: +{extra_columns}")
+    # Exact pricing is pure Python: with threads to spare, worker processes share the leaders.
+    pool = PricingPool(builder, threads) if price and threads > 1 and len(job_ids) >= PARALLEL_JOBS else None
+    try:
+        while time.perf_counter() < deadline:
+            value, pi, mu = lp.solve()
+            result.lp_iterations += 1
+            if not price:
+                best = value
                 break
-        for column in fresh:
-            lp.add(column)
-        say(f"column generation {result.lp_iterations}: LP ${value:,.2f}, bound ${best:,.2f}, "
-            f"+{len(fresh)} columns ({how})")
-        if value - best <= 1e-5 * max(1.0, abs(value)):
-            break
+            fresh = []
+            if greedy:
+                fresh = [c for c in (_candidate_column(cand, charge)
+                                     for cand in price_greedy(builder, pi, mu, extra=charge)) if add(c)]
+                greedy = len(fresh) >= 10  # once the heuristic dries up, the exact search takes over
+            how = "greedy"
+            if not fresh:  # search exactly, stopping early while columns abound
+                pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation,
+                                 pool=pool)
+                if pr.proven:
+                    best = max(best, value + k_groups * pr.rc_lower_bound)
+                fresh = [c for c in (_candidate_column(cand, charge) for cand in pr.columns) if add(c)]
+                how = "exact" + (", proven" if pr.proven else "")
+                if not fresh and pr.proven:
+                    best = max(best, value)
+                    say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal")
+                    # Integer plans need columns the LP did not: collect those of small reduced cost.
+                    near = price_exact(builder, pi, mu, extra=charge, deadline=deadline, max_columns=NEAR_COLUMNS,
+                                       threshold=NEAR_SHARE * value / max(1, len(job_ids)) * builder.k, pool=pool)
+                    near_columns = [c for c in (_candidate_column(cand, charge) for cand in near.columns) if add(c)]
+                    for column in near_columns:
+                        lp.add(column)
+                    say(f"columns near the LP optimum: +{len(near_columns)}")
+                    break
+            for column in fresh:
+                lp.add(column)
+            say(f"column generation {result.lp_iterations}: LP ${value:,.2f}, bound ${best:,.2f}, "
+                f"+{len(fresh)} columns ({how})")
+            if value - best <= 1e-5 * max(1.0, abs(value)):
+                break
+    finally:
+        if pool is not None:
+            pool.close()
     result.stats["lp_value"] = value
     state = None
     if value is not None:
         value, pi, mu = lp.solve()  # the last columns added too
         state = LpState(value, pi, mu, lp.values())
+        # Diving on the whole LP (warm re-solves) finds integer plans close to the LP optimum.
+        # Fixing a few disjoint columns per round keeps large LPs within the time (a little coarser).
+        state.dive = lp.dive(time.perf_counter() + dive_s, per=1 + len(lp.columns) // 8000)
+        say(f"LP dive: {'out of time' if state.dive is None else 'done'}")
     return (best if best > -math.inf else None), state
 
 
@@ -377,24 +390,6 @@ def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -
                 if take(i):
                     break
     return Incumbent(chosen, [j for j in job_ids if j not in covered])
-
-
-def _dive(columns: list[Column], state: LpState, job_ids: list[int], topo, penalty: float, rounded: Incumbent,
-          *, deadline: float, size: int = 2000) -> Incumbent | None:
-    """Diving on the LP restricted to the columns of least reduced cost (small, so each re-solve is
-    quick), the rounded plan's columns included so that it stays feasible."""
-    rc = sorted(range(len(columns)), key=lambda i: _reduced_cost(columns[i], state))
-    singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1 and not col.pinned}
-    subset = sorted(set(rc[:size]) | set(rounded.columns) | singles)
-    lp = LpMaster(job_ids, topo, penalty)
-    for i in subset:
-        lp.add(columns[i])
-    chosen = lp.dive(deadline)
-    if chosen is None:
-        return None
-    picked = [subset[k] for k in chosen]
-    covered = {j for i in picked for j in columns[i].jobs}
-    return Incumbent(picked, [j for j in job_ids if j not in covered])
 
 
 def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent,

@@ -51,19 +51,47 @@ class Pricing:
 
 def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, float], *,
                 extra: dict[int, float], deadline: float, max_columns: int = 300, stop_after: int | None = None,
-                rotation: dict | None = None, threshold: float = 0.0) -> Pricing:
+                rotation: dict | None = None, threshold: float = 0.0, pool: "PricingPool | None" = None) -> Pricing:
     """All groups of negative reduced cost (the ``max_columns`` most negative) and a proven bound.
 
     With ``stop_after``, the search stops once it has found that many columns (nothing proven):
     early column-generation rounds need columns, not proofs. ``rotation`` (kept by the caller)
     makes the next call start at the leader where this one stopped, so no leader is starved.
     With ``threshold`` > 0 it collects every column of reduced cost below it instead (columns near
-    the LP optimum, from which the integer master builds its plans; the bound is then not used)."""
+    the LP optimum, from which the integer master builds its plans; the bound is then not used).
+    With a ``pool``, its worker processes search disjoint sets of leaders at the same time."""
+    rotation = rotation if rotation is not None else {}
+    parts = pool.workers if pool is not None else 1
+    args = [(pi, mu, extra, deadline, None if stop_after is None else max(1, stop_after // parts),
+             rotation.get(part, {}), threshold, part, parts) for part in range(parts)]
+    if pool is not None:
+        results = pool.map(args)
+    else:
+        results = [_price_part(builder, *args[0])]
+    found: dict[Candidate, float] = {}
+    proven, visited, rc_min = True, 0, 0.0
+    for part, (part_found, part_proven, part_visited, part_rc, part_rotation) in enumerate(results):
+        for cand, rc in part_found.items():
+            found[cand] = min(rc, found.get(cand, rc))
+        proven = proven and part_proven
+        visited += part_visited
+        rc_min = min(rc_min, part_rc)
+        rotation[part] = part_rotation
+    ranked = sorted(found.items(), key=lambda item: item[1])[:max_columns]
+    if not proven:
+        return Pricing([c for c, _ in ranked], -math.inf, False, visited)
+    rc_min = min([rc_min, -EPS] + [rc for _, rc in ranked])
+    return Pricing([c for c, _ in ranked], rc_min, True, visited)
+
+
+def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, rotation, threshold, part, parts):
+    """One share of the search: the leaders whose position is ``part`` modulo ``parts`` (and the
+    single-job groups in share 0). Returns (found, proven, visited, least singleton rc, rotation)."""
     node_price = {c: builder.price[c] - mu.get(c, 0.0) for c in builder.price}
     value = {j: pi[j] - extra.get(j, 0.0) for j in builder.job_ids}
     found: dict[Candidate, float] = {}
     rc_min = 0.0
-    for j in builder.job_ids:  # singletons
+    for j in builder.job_ids if part == 0 else ():  # singletons
         for t in builder.train_opts[j]:
             for o in builder.rollout_opts[j]:
                 if builder.loop_s(j, t, o) <= builder.cap[j] + TOL:
@@ -71,23 +99,45 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
                     rc_min = min(rc_min, rc)
                     if rc < threshold - EPS:
                         found[_candidate(builder, [j], t, [o], [[0]], [0])] = rc
-    search = _Search(builder, value, node_price, found, deadline, stop_after, rotation if rotation is not None else {},
-                     threshold)
+    search = _Search(builder, value, node_price, found, deadline, stop_after, rotation, threshold, (part, parts))
     if builder.k >= 2:
         keys: dict[tuple, list[int]] = {}
         for j in builder.job_ids:
             if value[j] > EPS:
                 for t in builder.train_opts[j]:
                     keys.setdefault((t.gpu_type, t.cluster, t.gpus), []).append(j)
-        for key, pool in sorted(keys.items()):
-            if len(pool) >= 2 and not search.run(key, pool):
-                ranked = sorted(found.items(), key=lambda item: item[1])[:max_columns]
-                return Pricing([c for c, _ in ranked], -math.inf, False, search.visited)
+        for key, members in sorted(keys.items()):
+            if len(members) >= 2 and not search.run(key, members):
+                return found, False, search.visited, rc_min, rotation
             if stop_after is not None and len(found) >= stop_after:
-                break
-    ranked = sorted(found.items(), key=lambda item: item[1])[:max_columns]
-    rc_min = min([rc_min, -EPS] + [rc for _, rc in ranked])
-    return Pricing([c for c, _ in ranked], rc_min, True, search.visited)
+                return found, False, search.visited, rc_min, rotation
+    return found, True, search.visited, rc_min, rotation
+
+
+_SHARED: dict = {}  # the builder, inherited by the pool's forked workers
+
+
+def _work(args):
+    return _price_part(_SHARED["builder"], *args)
+
+
+class PricingPool:
+    """Worker processes (forked, so they share the builder read-only) that price in parallel; the
+    pricing is pure Python, so processes, not threads, use the machine's other cores."""
+
+    def __init__(self, builder: CandidateBuilder, workers: int):
+        import multiprocessing
+
+        _SHARED["builder"] = builder
+        self.workers = workers
+        self._pool = multiprocessing.get_context("fork").Pool(workers)
+
+    def map(self, args: list) -> list:
+        return self._pool.map(_work, args)
+
+    def close(self) -> None:
+        self._pool.terminate()
+        _SHARED.clear()
 
 
 def _candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, rollouts: list[PhaseOption],
@@ -121,7 +171,9 @@ class _Leader(NamedTuple):
 
 
 class _Search:
-    def __init__(self, builder, value, node_price, found, deadline, stop_after, rotation, threshold=0.0):
+    def __init__(self, builder, value, node_price, found, deadline, stop_after, rotation, threshold=0.0,
+                 share: tuple[int, int] = (0, 1)):
+        self.share = share  # (part, parts): this search takes the leaders at position part mod parts
         self.threshold = threshold - EPS  # keep columns of reduced cost below this
         self.stop_after = stop_after
         self.rotation = rotation
@@ -146,6 +198,8 @@ class _Search:
         for step in range(len(order)):
             li = (first + step) % len(order)
             m = order[li]
+            if li % self.share[1] != self.share[0]:
+                continue
             if self.stop_after is not None and len(self.found) >= self.stop_after:
                 self.rotation[key] = li
                 return False
