@@ -51,6 +51,10 @@ def max_groups(topo: Topology, n_jobs: int, incumbent: float | None = None) -> i
     return max(1, k)
 
 
+class LpTrouble(RuntimeError):
+    """GLOP could not solve the LP master (numerical trouble)."""
+
+
 # ----- LP master -----------------------------------------------------------------------------
 class LpMaster:
     def __init__(self, job_ids: list[int], topo: Topology, penalty: float):
@@ -80,8 +84,11 @@ class LpMaster:
 
     def solve(self) -> tuple[float, dict[int, float], dict[str, float]]:
         status = self.solver.Solve()
+        if status != pywraplp.Solver.OPTIMAL:  # numerical trouble after many incremental changes:
+            self.solver.Reset()  # solve again from scratch
+            status = self.solver.Solve()
         if status != pywraplp.Solver.OPTIMAL:
-            raise RuntimeError(f"LP master not optimal (status {status})")
+            raise LpTrouble(f"LP master not optimal (GLOP status {status})")
         pi = {j: row.dual_value() for j, row in self.cover.items()}
         mu = {c: min(0.0, row.dual_value()) for c, row in self.capacity.items()}
         return self.objective.Value(), pi, mu

@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from planner.colgen import IntegerResult, LpMaster, make_candidate, max_groups, price_greedy, reject_penalty, solve_integer
+from planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
+                            reject_penalty, solve_integer)
 from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
 from planner.model import PlanningModel
 from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
@@ -146,10 +147,14 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
         add(_candidate_column(cand, charge))
     # The LP: its bound, its rounding as a starting plan. A complete enumeration needs no pricing.
-    lagrangian, lp_state = _column_generation(model, builder, columns, add, job_ids, charge, penalty, result,
-                                              deadline=started + 0.6 * time_limit_s, threads=threads, say=say,
-                                              incumbent=_objective(columns, hint, penalty) if hint else None,
-                                              price=result.mode == "colgen", dive_s=0.15 * time_limit_s)
+    try:
+        lagrangian, lp_state = _column_generation(
+            model, builder, columns, add, job_ids, charge, penalty, result, deadline=started + 0.6 * time_limit_s,
+            threads=threads, say=say, incumbent=_objective(columns, hint, penalty) if hint else None,
+            price=result.mode == "colgen", dive_s=0.15 * time_limit_s)
+    except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
+        say(str(exc))
+        result.stats["lp_trouble"] = str(exc)
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
     if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large

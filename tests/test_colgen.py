@@ -139,14 +139,15 @@ def test_fallback_to_weave_when_no_plan_is_verified_in_time():
 
 
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
-    jobs = generate("Mixed", 100, 1)  # more than weave-testbed can hold
+    jobs = generate("Mixed", 100, 1)  # weave places 75 of them on weave-testbed, the rest find no nodes
     plan = make_plan(TESTBED, jobs, time_limit_s=20)
     assert_valid(plan, TESTBED, jobs)
     weave = make_plan(TESTBED, jobs, policy="weave")
+    assert len(weave.rejected) == 25
     placed = sum(len(g.jobs) for g in plan.groups)
-    assert placed >= sum(len(g.jobs) for g in weave.groups)
-    assert plan.rejected and all("no room" in r.reason for r in plan.rejected if r.name not in
-                                 {x.name for x in weave.rejected if "SLO" in x.reason})
+    assert placed >= sum(len(g.jobs) for g in weave.groups) + 20
+    assert placed + len(plan.rejected) == 100
+    assert all("no room" in r.reason for r in plan.rejected)
 
 
 def test_template_columns_reproduce_a_groups_cost():
