@@ -58,10 +58,10 @@ def valid(plan: Plan, topo, jobs) -> bool:
 
 # ----- a. scale -------------------------------------------------------------------------------
 def section_scale(args) -> list[str]:
-    families = ["Mixed"] if args.quick else FAMILIES
+    families = ["Mixed"] if args.quick else args.families.split(",")
     seeds = [1] if args.quick else [1, 2, 3]
     rows, failures = [], []
-    for n in (100, 300):
+    for n in [int(x) for x in args.sizes.split(",")]:
         topo = topology_for(n)
         for family in families:
             for seed in seeds:
@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sections", default="abc", help="which sections to run, e.g. 'b'")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="section a: families, comma-separated")
+    parser.add_argument("--sizes", default="100,300", help="section a: job counts, comma-separated")
     args = parser.parse_args(argv)
     failures: list[str] = []
     if "a" in args.sections:

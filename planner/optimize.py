@@ -160,6 +160,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
         # masters with a tight LP; CP-SAT solves small complete enumerations exactly.
         solver = "pulp" if large else "cpsat"
+    priced_out: set[int] = set()  # columns the master skips at first (see _price_out)
     if lp_state is not None:
         rounded = _round_lp(columns, lp_state, job_ids, topo)
         if lp_state.dive is not None and _conflict_free(columns, lp_state.dive):
@@ -171,7 +172,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
             hint = rounded
         if large:  # small complete enumerations keep every column: their master is exact
-            banned |= _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
+            priced_out = _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
+            banned |= priced_out
     verified: dict[int, tuple[list, list[str], object]] = {}
     master = None
     while job_ids:
@@ -196,6 +198,16 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             master = None
             break
         if not failed:
+            # The restricted master was solved to the end early: hand the rest of the time to the
+            # master over every column, starting from this plan.
+            far = master.status == "OPTIMAL" and lagrangian is not None and \
+                master.objective > (1 + 0.005) * lagrangian
+            if priced_out and far and deadline - time.perf_counter() > 0.25 * time_limit_s:
+                banned -= priced_out
+                priced_out = set()
+                hint = Incumbent(list(master.chosen), list(master.rejected))
+                say("restricted master solved: the master again, over every column")
+                continue
             break
         for i in failed:  # a set whose kept configurations all failed gets its next one
             cand = columns[i].candidate
