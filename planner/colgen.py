@@ -58,19 +58,27 @@ class LpTrouble(RuntimeError):
 # ----- LP master -----------------------------------------------------------------------------
 class LpMaster:
     def __init__(self, job_ids: list[int], topo: Topology, penalty: float):
+        self.job_ids, self.topo, self.penalty = job_ids, topo, penalty
+        self.nodes = {c: spec.nodes for c, spec in topo.clusters.items()}
+        self.columns: list[Column] = []
+        self._build()
+
+    def _build(self) -> None:
         self.solver = pywraplp.Solver.CreateSolver("GLOP")
-        self.cover = {j: self.solver.Constraint(1, 1, f"job{j}") for j in job_ids}
-        self.capacity = {c: self.solver.Constraint(-self.solver.infinity(), spec.nodes, f"nodes.{c}")
-                         for c, spec in topo.clusters.items()}
+        self.cover = {j: self.solver.Constraint(1, 1, f"job{j}") for j in self.job_ids}
+        self.capacity = {c: self.solver.Constraint(-self.solver.infinity(), n, f"nodes.{c}")
+                         for c, n in self.nodes.items()}
         self.objective = self.solver.Objective()
         self.objective.SetMinimization()
         self.vars: list = []
-        self.columns: list[Column] = []
-        self.nodes = {c: spec.nodes for c, spec in topo.clusters.items()}
-        for j in job_ids:
-            r = self.solver.NumVar(0, self.solver.infinity(), f"reject{j}")  # no upper bound: its dual would enter the bound
+        for j in self.job_ids:
+            # No upper bound on rejection: its dual would enter the Lagrangian bound.
+            r = self.solver.NumVar(0, self.solver.infinity(), f"reject{j}")
             self.cover[j].SetCoefficient(r, 1)
-            self.objective.SetCoefficient(r, penalty)
+            self.objective.SetCoefficient(r, self.penalty)
+        columns, self.columns = self.columns, []
+        for column in columns:
+            self.add(column)
 
     def add(self, column: Column) -> None:
         self.columns.append(column)
@@ -85,7 +93,7 @@ class LpMaster:
     def solve(self) -> tuple[float, dict[int, float], dict[str, float]]:
         status = self.solver.Solve()
         if status != pywraplp.Solver.OPTIMAL:  # numerical trouble after many incremental changes:
-            self.solver.Reset()  # solve again from scratch
+            self._build()  # the same LP, built afresh
             status = self.solver.Solve()
         if status != pywraplp.Solver.OPTIMAL:
             raise LpTrouble(f"LP master not optimal (GLOP status {status})")
