@@ -377,7 +377,7 @@ class Controller:
         sync = SyncRun(train.job, train.iteration, group.name, tuple(jp.phase("train").gpus),
                        tuple(jp.phase("sync").gpus), jp.phase("sync").duration_s)
         if any(_node_of(g) in self._down_nodes() for g in sync.train_gpus + sync.rollout_gpus):
-            self._restart(train.job, f"sync endpoint down")
+            self._restart(train.job, "sync endpoint down")
             return
         self.syncs[train.job] = sync
         self.backend.start_sync(sync)
@@ -434,6 +434,18 @@ class Controller:
     def _down_nodes(self) -> set[str]:
         return {_node_of(g) for g in self.down}
 
+    def _drop(self, key, run) -> set[str]:
+        """Forget a run that will not finish: its GPUs stop being held or lent. Returns them."""
+        gpus = set(run.held)
+        for g in gpus:
+            run.held.discard(g)
+            if self.holder.get(g) is run:
+                del self.holder[g]
+            self.lent.discard(g)
+        run.state = "aborted"
+        del self.runs[key]
+        return gpus
+
     def _restart(self, job: str, reason: str) -> None:
         """Drop the job's unfinished iteration(s) and queue it again from the last completed one."""
         st = self.state[job]
@@ -444,14 +456,7 @@ class Controller:
                 continue
             if run.held or run.permitted:
                 self.backend.abort(run)
-            for g in list(run.held):
-                run.held.discard(g)
-                if self.holder.get(g) is run:
-                    del self.holder[g]
-                self.lent.discard(g)
-                touched.add(g)
-            run.state = "aborted"
-            del self.runs[key]
+            touched |= self._drop(key, run)
         self.rolling.pop(job, None)
         sync = self.syncs.pop(job, None)
         if sync is not None:
@@ -589,14 +594,7 @@ class Controller:
             if key[0] in draining and not run.permitted and run.iteration >= self.state[key[0]].limit:
                 if run.held:
                     self.backend.release(run, sorted(run.held))
-                for g in list(run.held):
-                    run.held.discard(g)
-                    if self.holder.get(g) is run:
-                        del self.holder[g]
-                    self.lent.discard(g)
-                    freed.add(g)
-                run.state = "aborted"
-                del self.runs[key]
+                freed |= self._drop(key, run)
         self.pending = PendingSwitch(plan, {j for j in closure if j in new}, draining, delays, reason)
         self.kick(sorted(freed))
         if not closure:

@@ -20,6 +20,7 @@ from executor.controller import Controller
 from executor.run import Progress, SimResult
 from executor.sim import DriftFn, Fault, SimBackend, SimModel
 from planner.api import make_plan
+from planner.online import Admission, Replan
 from planner.plan import GroupPlan, Plan, SolverInfo
 from profiles.jobs import JobSet, JobSpec
 from topology.topology import Topology, node_of
@@ -133,22 +134,6 @@ def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: in
 
 
 # ----- baselines --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Admission:
-    placed: bool
-    group: str | None
-    reason: str | None
-    plan: Plan
-
-
-@dataclass(frozen=True)
-class Replan:
-    plan: Plan
-    moved: list[str]
-    cost_before: float
-    cost_after: float
-
-
 class BaselinePlanner:
     """The online interface for a baseline policy, without moving running jobs needlessly.
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from planner.model import PlanningModel
-from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
-from planner.roundrobin import Member, RoundRobin, round_robin_timetable
+from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
+from planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
 from profiles.jobs import JobSpec, PhaseSpec
 from topology.spec import ClusterSpec
 from topology.topology import Topology, node_of
@@ -475,16 +475,7 @@ def _assemble(policy: str, status: str, book: _Book, started: float) -> Plan:
 
 def _group_plan(book: _Book, name: str, group: _Group) -> GroupPlan:
     rr = group.timetable
-    jobs = []
-    for m in group.members:
-        times = rr.phases[m.job.name]
-        slots = [PhaseSlot(phase=kind, start_s=times[kind].start_s, duration_s=times[kind].duration_s,
-                           gpus=list(m.gpus(kind)), gpu_type=book.topology.gpu_type_of(m.gpus(kind)[0]))
-                 for kind in ("rollout", "train", "sync")]
-        jobs.append(JobPlan(name=m.job.name, solo_iteration_s=book.solo(m.job), iteration_s=rr.cycle_s,
-                            slo=m.job.slo, phases=slots))
-    return GroupPlan(name=name, cycle_s=rr.cycle_s, nodes=list(group.nodes), jobs=jobs,
-                     usd_per_hour=book.cost(group.nodes))
+    return group_plan(book.topology, name, group.members, rr.phases, rr.cycle_s, group.nodes, book.solo)
 
 
 def _plan_quantile(q: float | str) -> float | str:

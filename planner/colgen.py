@@ -273,13 +273,7 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
     cp = cp_model.CpModel()
     x = {i: cp.new_bool_var(f"c{i}") for i in range(len(columns)) if i not in banned}
     r = {j: cp.new_bool_var(f"r{j}") for j in job_ids}
-    covers: dict[int, list] = {j: [r[j]] for j in job_ids}
-    usage: dict[str, list] = {}
-    for i, var in x.items():
-        for j in columns[i].jobs:
-            covers[j].append(var)
-        for cluster, n in columns[i].nodes:
-            usage.setdefault(cluster, []).append(n * var)
+    covers, usage = _rows(columns, x, r)
     for vars_ in covers.values():
         cp.add_exactly_one(vars_)
     for cluster, terms in usage.items():
@@ -306,6 +300,19 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
                          sat.objective_value / 100, sat.best_objective_bound / 100)
 
 
+def _rows(columns: list[Column], x: dict, r: dict) -> tuple[dict[int, list], dict[str, list]]:
+    """The master's rows for any solver: per job the variables covering it (its rejection first),
+    per cluster the node-count terms."""
+    covers: dict[int, list] = {j: [var] for j, var in r.items()}
+    usage: dict[str, list] = {}
+    for i, var in x.items():
+        for j in columns[i].jobs:
+            covers[j].append(var)
+        for cluster, n in columns[i].nodes:
+            usage.setdefault(cluster, []).append(n * var)
+    return covers, usage
+
+
 def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int],
                         penalty: float, time_limit_s: float, threads: int,
                         exclusive: list[list[int]] = (), hint: Incumbent | None = None) -> IntegerResult:
@@ -321,13 +328,7 @@ def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topolog
     x = {i: binary(f"c{i}") for i in range(len(columns)) if i not in banned}
     r = {j: binary(f"r{j}") for j in job_ids}
     prob += pulp.lpSum(columns[i].objective * v for i, v in x.items()) + penalty * pulp.lpSum(r.values())
-    covers: dict[int, list] = {j: [r[j]] for j in job_ids}
-    usage: dict[str, list] = {}
-    for i, var in x.items():
-        for j in columns[i].jobs:
-            covers[j].append(var)
-        for cluster, n in columns[i].nodes:
-            usage.setdefault(cluster, []).append(n * var)
+    covers, usage = _rows(columns, x, r)
     for j, vars_ in covers.items():
         prob += pulp.lpSum(vars_) == 1, f"cover{j}"
     for cluster, terms in usage.items():

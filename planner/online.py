@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from planner.model import PlanningModel, ceil_ms
 from planner.optimal import PhaseOption, phase_options
-from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
-from planner.roundrobin import Member, PhaseTime, round_robin_timetable
+from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, Plan, Rejection, SolverInfo
+from planner.roundrobin import Member, PhaseTime, group_plan, round_robin_timetable
 from profiles.jobs import JobSet, JobSpec
 from topology.topology import Topology, node_of
 from weave.errors import InputError
@@ -154,16 +154,8 @@ class OnlinePlanner:
 
     def _group_plan(self, group: _Group) -> GroupPlan:
         if group.plan is None:
-            jobs = []
-            for m in group.members:
-                times = group.phases[m.job.name]
-                slots = [PhaseSlot(phase=k, start_s=times[k].start_s, duration_s=times[k].duration_s,
-                                   gpus=list(m.gpus(k)), gpu_type=self.topology.gpu_type_of(m.gpus(k)[0]))
-                         for k in ("rollout", "train", "sync")]
-                jobs.append(JobPlan(name=m.job.name, solo_iteration_s=self.model.solo_of(m.job),
-                                    iteration_s=group.cycle_s, slo=m.job.slo, phases=slots))
-            group.plan = GroupPlan(name=group.name, cycle_s=group.cycle_s, nodes=list(group.nodes), jobs=jobs,
-                                   usd_per_hour=round(self.topology.cost_usd_per_hour(group.nodes), 6))
+            group.plan = group_plan(self.topology, group.name, group.members, group.phases, group.cycle_s,
+                                    group.nodes, self.model.solo_of)
         return group.plan
 
     # ----- bookkeeping -------------------------------------------------------------------------

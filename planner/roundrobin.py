@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from planner.model import PlanningModel, ceil_ms
 from profiles.jobs import JobSpec
+
+if TYPE_CHECKING:
+    from planner.plan import GroupPlan
 
 GPU_PHASES = ("rollout", "train")
 
@@ -196,4 +199,21 @@ def _offset(start: float, cycle: float) -> float:
     return 0.0 if offset >= cycle * (1 - 1e-12) else offset
 
 
-__all__ = ["Member", "PhaseTime", "RoundRobin", "as_member", "round_robin_timetable"]
+def group_plan(topology, name: str, members: Sequence[Member], phases: dict[str, dict[str, PhaseTime]],
+               cycle_s: float, nodes: Sequence[str], solo_of) -> "GroupPlan":
+    """The plan of one group: each member's rollout, train and sync at their times in the cycle."""
+    from planner.plan import GroupPlan, JobPlan, PhaseSlot
+
+    jobs = []
+    for m in members:
+        times = phases[m.job.name]
+        slots = [PhaseSlot(phase=kind, start_s=times[kind].start_s, duration_s=times[kind].duration_s,
+                           gpus=list(m.gpus(kind)), gpu_type=topology.gpu_type_of(m.gpus(kind)[0]))
+                 for kind in ("rollout", "train", "sync")]
+        jobs.append(JobPlan(name=m.job.name, solo_iteration_s=solo_of(m.job), iteration_s=cycle_s, slo=m.job.slo,
+                            phases=slots))
+    return GroupPlan(name=name, cycle_s=cycle_s, nodes=list(nodes), jobs=jobs,
+                     usd_per_hour=round(topology.cost_usd_per_hour(nodes), 6))
+
+
+__all__ = ["Member", "PhaseTime", "RoundRobin", "as_member", "group_plan", "round_robin_timetable"]

@@ -6,8 +6,6 @@ their planned offsets), with the plan's timetable only as the FIFO order; the el
 contention). Steady state: mean gap between rollout starts over the second half of the run.
 """
 
-from pathlib import Path
-
 import pytest
 
 from executor.config import ElasticRules
@@ -18,15 +16,7 @@ from planner.plan import load_plan
 from profiles.jobs import load_jobs
 from topology.topology import load_topology
 
-PLANS = Path(__file__).resolve().parent.parent / "plans"
-INPUTS = PLANS / "inputs"
-EXAMPLES = {
-    "micro-a.yaml": (INPUTS / "micro-a.topology.yaml", INPUTS / "micro-a.jobs.yaml"),
-    "micro-b.yaml": (INPUTS / "micro-b.topology.yaml", INPUTS / "micro-b.jobs.yaml"),
-    "micro-c.yaml": (INPUTS / "micro-c.topology.yaml", INPUTS / "micro-c.jobs.yaml"),
-    "seed-a100-32.yaml": ("a100-32", INPUTS / "seed.jobs.yaml"),
-    "mixed-20.yaml": ("weave-testbed", INPUTS / "mixed-20.jobs.yaml"),
-}
+from example_plans import EXAMPLES, PLANS  # tests/ is on sys.path under pytest
 
 
 def run(name, *, sharing=False, rules=None):

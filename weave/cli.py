@@ -22,6 +22,9 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(profile_app, name="profile")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of tables.")
+PLAN_ARGUMENT = typer.Argument(..., metavar="PLAN")
+PLANS_TOPOLOGY = typer.Option(None, "--topology", "-t", help="Default: the plan's.")
+NEXT_PLAN = typer.Option(None, "-o", "--out", help="Updated plan YAML to write.")
 
 
 def _version(value: bool) -> None:
@@ -248,11 +251,11 @@ def _write_online(result, topo, jobs, out: Optional[Path], as_json: bool, title:
 
 
 @plan_app.command("admit")
-def plan_admit(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+def plan_admit(plan_file: Path = PLAN_ARGUMENT,
                job: str = typer.Option(..., "--job", help="Name of the arriving job (in the jobs file)."),
                jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML with the plan's jobs and the new one."),
-               topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Default: the plan's."),
-               out: Optional[Path] = typer.Option(None, "-o", "--out", help="Updated plan YAML to write."),
+               topology: Optional[str] = PLANS_TOPOLOGY,
+               out: Optional[Path] = NEXT_PLAN,
                max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
                as_json: bool = JSON_OPTION) -> None:
     """Place one arriving job without moving the others (exit 3 when it is rejected)."""
@@ -270,11 +273,11 @@ def plan_admit(plan_file: Path = typer.Argument(..., metavar="PLAN"),
 
 
 @plan_app.command("release")
-def plan_release(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+def plan_release(plan_file: Path = PLAN_ARGUMENT,
                  job: str = typer.Option(..., "--job", help="Name of the finished job."),
                  jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML of the plan."),
-                 topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Default: the plan's."),
-                 out: Optional[Path] = typer.Option(None, "-o", "--out", help="Updated plan YAML to write."),
+                 topology: Optional[str] = PLANS_TOPOLOGY,
+                 out: Optional[Path] = NEXT_PLAN,
                  as_json: bool = JSON_OPTION) -> None:
     """Free a finished job's share of its group (and the nodes nobody else uses)."""
     online, topo, jobs = _online(plan_file, topology, jobs_file)
@@ -287,10 +290,10 @@ def plan_release(plan_file: Path = typer.Argument(..., metavar="PLAN"),
 
 
 @plan_app.command("replan")
-def plan_replan(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+def plan_replan(plan_file: Path = PLAN_ARGUMENT,
                 jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML with current profiles."),
-                topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Default: the plan's."),
-                out: Optional[Path] = typer.Option(None, "-o", "--out", help="New plan YAML to write."),
+                topology: Optional[str] = PLANS_TOPOLOGY,
+                out: Optional[Path] = NEXT_PLAN,
                 migration_cost: float = typer.Option(60.0, "--migration-cost", min=0,
                                                      help="Seconds of its GPUs a moved job costs."),
                 time_limit: float = typer.Option(30.0, "--time-limit", min=0.01, help="Solver time limit, seconds."),
@@ -308,7 +311,7 @@ def plan_replan(plan_file: Path = typer.Argument(..., metavar="PLAN"),
 
 
 @plan_app.command("check")
-def plan_check(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+def plan_check(plan_file: Path = PLAN_ARGUMENT,
                topology: str = typer.Option(..., "--topology", "-t", help="Topology file or preset."),
                jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML."),
                as_json: bool = JSON_OPTION) -> None:
@@ -335,7 +338,7 @@ def plan_check(plan_file: Path = typer.Argument(..., metavar="PLAN"),
 
 
 @plan_app.command("show")
-def plan_show(plan_file: Path = typer.Argument(..., metavar="PLAN"),
+def plan_show(plan_file: Path = PLAN_ARGUMENT,
               png: Optional[Path] = typer.Option(None, "--png", help="Write a Gantt chart PNG."),
               html: Optional[Path] = typer.Option(None, "--html", help="Write an interactive Gantt HTML."),
               by: str = typer.Option("node", "--by", help="Rows per node or per gpu."),
