@@ -145,6 +145,8 @@ class JobSpec(BaseModel):
     arrival_s: NonNegFloat = 0.0
     rollout: PhaseSpec
     train: PhaseSpec
+    # What the real executor runs for this job ({kind: grpo, ...}); the planner ignores it.
+    workload: dict[str, Any] | None = None
 
     @field_validator("name")
     @classmethod
@@ -152,6 +154,13 @@ class JobSpec(BaseModel):
         if not name.strip():
             raise ValueError("name must not be blank")
         return name
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_kind(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and not isinstance(value.get("kind", "grpo"), str):
+            raise ValueError("workload.kind must be a string (e.g. grpo)")
+        return value
 
     @field_validator("max_staleness", mode="before")
     @classmethod
@@ -297,6 +306,8 @@ def _job_to_data(job: JobSpec) -> dict:
         out["arrival_s"] = _num(job.arrival_s)
     out["rollout"] = phase_to_data(job.rollout)
     out["train"] = phase_to_data(job.train)
+    if job.workload is not None:
+        out["workload"] = dict(job.workload)
     return out
 
 
