@@ -1,0 +1,246 @@
+"""Prometheus metrics of a running executor, for any backend (issue 8, part 3).
+
+Usage (``weave simulate --metrics-port`` and ``weave run --metrics-port`` do exactly this)::
+
+    from executor.monitoring import start_metrics_server
+
+    server = start_metrics_server(controller, port, addr="127.0.0.1")  # or a ControllerMonitor
+    ...                    # drive the controller; GET http://127.0.0.1:{server.port}/metrics
+    server.close()         # stops the HTTP thread and detaches the monitor's hooks
+
+``start_metrics_server(target, port, addr="127.0.0.1") -> MetricsServer``: ``target`` is a
+``Controller`` (a ``ControllerMonitor`` is attached to it) or an existing ``ControllerMonitor``;
+``port`` 0 picks a free port (read it back from ``server.port``); ``addr`` defaults to loopback on
+purpose (the metrics name jobs and nodes). The server runs in a daemon thread and serves only the
+monitor's own ``CollectorRegistry``, never the process-global one, so several monitors (tests, a
+trace and its baseline) can live in one process. Attach the monitor before the run starts so that it
+sees every record (``simulate_plan(..., setup=...)``); attaching later replays the records so far.
+
+The monitor is an observer: it hooks ``controller.on_phase`` / ``on_iteration`` / ``on_job_finished``
+and reads ``controller.records`` and ``controller.events`` incrementally (cursors), so it needs no
+change in any backend. Metric families (all prefixed ``weave_``):
+
+- ``weave_phase_duration_seconds{job,phase}`` histogram: ``duration_s`` of every record (rollout,
+  train, sync); its total count equals ``len(controller.records)``.
+- ``weave_switch_seconds{job,phase,cluster}`` histogram: warm switches (``switch_s > 0``) before a phase.
+- ``weave_sync_seconds{job}`` histogram: weight syncs (the sync records' ``duration_s``).
+- ``weave_queue_depth{node}`` gauge: phase instances queued on the node's GPUs that have not started
+  (one per job stream and phase at the head of the FIFO, plus restarted iterations waiting in front).
+- ``weave_pool_idle_ratio{cluster}`` gauge: share of the held GPU-seconds of the cluster (pool) so far
+  spent neither computing nor switching, counting finished phases; at the end of a run it equals
+  ``metrics.json``'s ``clusters[c].bubble_share``.
+- ``weave_pool_busy_gpu_seconds_total{cluster,role}`` counter: compute GPU-seconds by phase (role).
+- ``weave_gpus_held{cluster}`` and ``weave_usd_per_hour`` gauges: what the controller holds now.
+- ``weave_replans_total{reason}`` counter: plan changes installed (controller events ``switch`` and
+  ``admit``), labelled by the reason's first word (``drift``, ``admit``, ``release``, ``re-optimize``,
+  ``replan``) to keep the label set small.
+- ``weave_worker_restarts_total{job}`` counter: iterations restarted after a fault.
+- ``weave_node_failures_total{node}`` counter and ``weave_iterations_total{job}`` counter.
+- ``weave_sim_time_seconds`` gauge: the controller's clock (simulated or wall time of the backend).
+
+Threads: records and events are read by slicing append-only lists, under a lock, from either the
+controller's thread (hooks) or the scrape thread. Gauges that walk the controller's queues are only
+refreshed from the controller's thread (at most every ``state_every_s`` wall seconds, and whenever a
+job finishes), never during a scrape, so a scrape cannot see a dict changing size.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import Metric
+
+from executor.controller import Controller
+from executor.outputs import held_stats
+from topology.topology import node_of
+
+PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 1200, 3600, float("inf"))
+SHORT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, float("inf"))
+PLAN_EVENTS = ("switch", "admit")
+
+
+def reason_kind(reason: str) -> str:
+    """``"drift: A rollout at 1.50x ..."`` -> ``drift``; ``"admit J3"`` -> ``admit``."""
+    head = reason.strip().split(":", 1)[0].split(" ", 1)[0]
+    return head or "replan"
+
+
+class _Poll:
+    """A collector that yields nothing: it makes every scrape drain new records and events first."""
+
+    def __init__(self, poll: Callable[[], None]):
+        self._poll = poll
+
+    def collect(self) -> Iterator[Metric]:
+        self._poll()
+        return iter(())
+
+
+class ControllerMonitor:
+    """Keeps Prometheus metrics of one controller in its own registry (see module doc)."""
+
+    def __init__(self, controller: Controller, registry: CollectorRegistry | None = None, *,
+                 state_every_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.controller = controller
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.state_every_s = state_every_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records = 0  # cursors into controller.records / controller.events
+        self._events = 0
+        self._last_state = -float("inf")
+        self._busy: dict[str, float] = {}  # cluster -> compute GPU-s of finished phases
+        self._switch: dict[str, float] = {}
+        self.registry.register(_Poll(self.poll))  # first, so that a scrape sees fresh values
+        r = self.registry
+        self.phase_s = Histogram("weave_phase_duration_seconds", "Measured duration of a phase (record duration_s).",
+                                 ["job", "phase"], buckets=PHASE_BUCKETS, registry=r)
+        self.switch_s = Histogram("weave_switch_seconds", "Warm switch before a phase (switch_s > 0).",
+                                  ["job", "phase", "cluster"], buckets=SHORT_BUCKETS, registry=r)
+        self.sync_s = Histogram("weave_sync_seconds", "Weight sync duration.", ["job"], buckets=SHORT_BUCKETS,
+                                registry=r)
+        self.queue_depth = Gauge("weave_queue_depth", "Phase instances queued on the node's GPUs, not started.",
+                                 ["node"], registry=r)
+        self.idle_ratio = Gauge("weave_pool_idle_ratio", "Held GPU-seconds neither computing nor switching / held.",
+                                ["cluster"], registry=r)
+        self.busy = Counter("weave_pool_busy_gpu_seconds", "Compute GPU-seconds of finished phases.",
+                            ["cluster", "role"], registry=r)
+        self.gpus_held = Gauge("weave_gpus_held", "GPUs held now.", ["cluster"], registry=r)
+        self.usd = Gauge("weave_usd_per_hour", "Price of the nodes held now ($/h).", registry=r)
+        self.replans = Counter("weave_replans", "Plan changes installed, by the reason's first word.", ["reason"],
+                               registry=r)
+        self.restarts = Counter("weave_worker_restarts", "Iterations restarted after a fault.", ["job"], registry=r)
+        self.failures = Counter("weave_node_failures", "Nodes that went down.", ["node"], registry=r)
+        self.iterations = Counter("weave_iterations", "Completed iterations (sync done).", ["job"], registry=r)
+        self.clock_s = Gauge("weave_sim_time_seconds", "The controller's clock.", registry=r)
+        self._hooks = [(controller.on_phase, self._on_phase), (controller.on_iteration, self._on_iteration),
+                       (controller.on_job_finished, self._on_finished)]
+        for hooks, fn in self._hooks:
+            hooks.append(fn)
+        self.poll()
+        self.refresh_state()
+
+    # ----- hooks (controller thread) -------------------------------------------------------------
+    def _on_phase(self, _row: dict) -> None:
+        self.poll()
+        if self._clock() - self._last_state >= self.state_every_s:
+            self.refresh_state()
+
+    def _on_iteration(self, job: str, _k: int, _t: float) -> None:
+        self.iterations.labels(job).inc()
+
+    def _on_finished(self, _job: str, _t: float) -> None:
+        self.poll()
+        self.refresh_state()
+
+    def close(self) -> None:
+        """Detach from the controller (the registry keeps its last values)."""
+        for hooks, fn in self._hooks:
+            if fn in hooks:
+                hooks.remove(fn)
+
+    # ----- incremental reads ----------------------------------------------------------------------
+    def poll(self) -> None:
+        """Account for records and events appended since the last call (any thread)."""
+        with self._lock:
+            c = self.controller
+            rows = c.records[self._records:]
+            events = c.events[self._events:]
+            self._records += len(rows)
+            self._events += len(events)
+            for row in rows:
+                self._record(row)
+            for e in events:
+                kind = e.get("event")
+                if kind in PLAN_EVENTS:
+                    self.replans.labels(reason_kind(str(e.get("reason", "replan")))).inc()
+                elif kind == "restart":
+                    self.restarts.labels(e["job"]).inc()
+                elif kind == "node_down":
+                    self.failures.labels(e["node"]).inc()
+
+    def _record(self, row: dict) -> None:
+        job, phase = row["job"], row["phase"]
+        self.phase_s.labels(job, phase).observe(row["duration_s"])
+        if phase == "sync":
+            self.sync_s.labels(job).observe(row["duration_s"])
+            return
+        cluster = str(row.get("cluster", ""))
+        if row.get("switch_s", 0.0) > 0:
+            self.switch_s.labels(job, phase, cluster).observe(row["switch_s"])
+        busy = float(row.get("busy_gpu_s", 0.0))
+        self._busy[cluster] = self._busy.get(cluster, 0.0) + busy
+        self._switch[cluster] = self._switch.get(cluster, 0.0) + float(row.get("switch_gpu_s", 0.0))
+        self.busy.labels(cluster, phase).inc(busy)
+
+    # ----- state gauges (controller thread only) ----------------------------------------------------
+    def refresh_state(self) -> None:
+        """Queue depths, idle ratios and what is held, read from the controller now."""
+        self._last_state = self._clock()
+        c = self.controller
+        now = c.now
+        self.clock_s.set(now)
+        for node, depth in queue_depths(c).items():
+            self.queue_depth.labels(node).set(depth)
+        held = held_stats(c, now)["held_gpu_s"]
+        with self._lock:
+            for cluster, gpu_s in held.items():
+                if gpu_s > 0:
+                    used = self._busy.get(cluster, 0.0) + self._switch.get(cluster, 0.0)
+                    self.idle_ratio.labels(cluster).set(max(0.0, 1.0 - used / gpu_s))
+        if c.held_timeline:
+            _, usd, per_cluster = c.held_timeline[-1]
+            self.usd.set(usd)
+            for cluster in set(per_cluster) | set(held):
+                self.gpus_held.labels(cluster).set(per_cluster.get(cluster, 0))
+
+
+def queue_depths(controller: Controller) -> dict[str, int]:
+    """Per node: distinct phase instances in its GPUs' FIFO queues that may run and have not started."""
+    started = {key for key, run in controller.runs.items() if run.permitted}
+    per_node: dict[str, set] = {}
+    for gpu, queue in controller.queues.items():
+        keys = per_node.setdefault(node_of(gpu), set())
+        keys.update(queue.front)
+        # GpuQueue keeps one heap entry per (job, phase) stream: its next instance. Reading the heap
+        # here avoids a new method in executor.queues for a read-only view.
+        for entry in getattr(queue, "_heap", ()):
+            job, phase, k = entry[1], entry[2], entry[3]
+            st = controller.state.get(job)
+            if st is not None and k < st.limit and st.done.get(phase, -1) < k:
+                keys.add((job, phase, k))
+    return {node: len(keys - started) for node, keys in sorted(per_node.items())}
+
+
+@dataclass
+class MetricsServer:
+    monitor: ControllerMonitor
+    port: int
+    addr: str
+    _server: object
+    _thread: threading.Thread
+    _owned: bool  # the monitor was made here: closing the server detaches it too
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.addr}]" if ":" in self.addr else self.addr
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        if self._owned:
+            self.monitor.close()
+
+
+def start_metrics_server(target: Controller | ControllerMonitor, port: int, addr: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``target``'s metrics on ``http://addr:port/metrics`` from a daemon thread (see module doc)."""
+    owned = not isinstance(target, ControllerMonitor)
+    monitor = ControllerMonitor(target) if owned else target
+    server, thread = start_http_server(port, addr=addr, registry=monitor.registry)
+    return MetricsServer(monitor, int(server.server_port), addr, server, thread, owned)
