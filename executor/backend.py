@@ -58,6 +58,9 @@ class SyncRun:
     rollout_gpus: tuple[str, ...]
     planned_s: float
     state: str = "running"
+    # When the transfer should be done for the job to keep its SLO (start + planned time + the job's
+    # slack per iteration); a backend that schedules a shared link serves earliest deadlines first.
+    deadline_s: float = float("inf")
 
     @property
     def key(self) -> tuple[str, str, int]:

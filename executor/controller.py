@@ -374,8 +374,13 @@ class Controller:
 
     def _start_sync(self, train: PhaseRun) -> None:
         group, jp = self.job_plans[train.job]
+        planned = jp.phase("sync").duration_s
+        # A late sync delays the job's next rollout and, through the shared FIFO queues, every later
+        # member of its group: the deadline uses the group's least SLO slack per iteration.
+        slack = min((max(0.0, self.specs[m.name].slo * m.solo_iteration_s - m.iteration_s)
+                     for m in group.jobs if m.name in self.specs), default=0.0)
         sync = SyncRun(train.job, train.iteration, group.name, tuple(jp.phase("train").gpus),
-                       tuple(jp.phase("sync").gpus), jp.phase("sync").duration_s)
+                       tuple(jp.phase("sync").gpus), planned, deadline_s=self.now + planned + slack)
         if any(_node_of(g) in self._down_nodes() for g in sync.train_gpus + sync.rollout_gpus):
             self._restart(train.job, "sync endpoint down")
             return

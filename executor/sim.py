@@ -20,8 +20,9 @@ Model (all times in seconds):
   Without migration or lending a rollout therefore takes exactly ``D``.
 - Weight sync follows the topology's two-stage model (``Topology.sync_time_s``). The part that
   crosses an inter-cluster link (one model copy at the bottleneck bandwidth of the two node sets)
-  is a flow: concurrent syncs over the same link split its capacity evenly, recomputed whenever a
-  transfer starts or ends (each flow also stays under its own bottleneck). The rest (latency,
+  is a flow: concurrent syncs over the same link split its capacity evenly (``link_policy="fair"``)
+  or by the controller's transfer schedule, earliest deadline first (``"deadline"``), recomputed
+  whenever a transfer starts or ends (each flow also stays under its own bottleneck). The rest (latency,
   all-gather among receivers, NVLink broadcast) is a fixed delay after the crossing. Links inside a
   cluster are not shared in this model.
 - Faults: ``node_down`` at ``t`` for ``d`` seconds; the GPUs of that node lose their loaded state.
@@ -45,6 +46,7 @@ from topology.topology import Topology, node_of, switch_of
 _node_of = lru_cache(maxsize=None)(node_of)  # GPU id -> node, called in every hot path
 
 DriftFn = Callable[[str, str, float], float]  # (job, phase, time) -> duration factor
+LINK_POLICIES = ("fair", "deadline")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,14 @@ class SimModel:
     tail_share: float = 0.3  # share of a rollout's time after the threshold share of responses is done
     tail_slowdown: float = 1.05  # the tail on fewer GPUs than planned
     link_sharing: bool = True
+    # How concurrent syncs share a link: "fair" (even split, what uncoordinated TCP flows get) or
+    # "deadline" (the controller's transfer schedule: earliest deadline first, each flow takes what
+    # is left up to its own bottleneck; chunked transfers paced by the controller do this).
+    link_policy: str = "deadline"
+
+    def __post_init__(self) -> None:
+        if self.link_policy not in LINK_POLICIES:
+            raise ValueError(f"link_policy must be one of {', '.join(LINK_POLICIES)}, got {self.link_policy!r}")
 
 
 @dataclass(frozen=True)
@@ -346,28 +356,49 @@ class SimBackend:
         return self._links_cache[key]
 
     def _reshare(self, links: Sequence[tuple[str, str]]) -> None:
-        """Fair share of each link among its flows; every flow also respects its own bottleneck.
+        """Share of each link among its flows (``SimModel.link_policy``); every flow also respects
+        its own bottleneck.
 
         Flows on the given links are brought up to date at their old rates first; a flow whose
         rate does not change keeps its end event.
         """
         found: set[_Flow] = set()
-        for link in links:
-            found |= self.on_link.get(link, set())
+        todo, seen = list(links), set()
+        while todo:  # every flow whose rate may change: those sharing a link, transitively
+            link = todo.pop()
+            if link in seen:
+                continue
+            seen.add(link)
+            for f in self.on_link.get(link, set()):
+                found.add(f)
+                if self.model.link_policy != "fair":  # an even split depends only on each link's count
+                    todo.extend(f.links)
         flows = sorted(found, key=lambda f: (f.start, f.run.job, f.run.iteration))  # deterministic order
         now = self.now()
         for f in flows:
             f.bits -= f.rate_gbps * 1e9 * (now - f.last)
             f.last = now
         capacity = self.topology.graph.edges
+        if self.model.link_policy == "deadline":
+            left = {link: capacity[link]["capacity"] for f in flows for link in f.links}
+            rates = {}
+            for f in sorted(flows, key=lambda f: (f.run.deadline_s, f.start, f.run.job, f.run.iteration)):
+                rates[f] = max(0.0, min(f.cap_gbps, min(left[link] for link in f.links)))
+                for link in f.links:
+                    left[link] -= rates[f]
+        else:
+            rates = {f: min(f.cap_gbps, min(capacity[link]["capacity"] / len(self.on_link[link]) for link in f.links))
+                     for f in flows}
         for f in flows:
-            rate = min(f.cap_gbps, min(capacity[link]["capacity"] / len(self.on_link[link]) for link in f.links))
+            rate = rates[f]
             if rate == f.rate_gbps and f.timer is not None and f.timer.active:
                 continue
             f.rate_gbps = rate
             if f.timer is not None:
                 f.timer.cancel()
-            f.timer = self.events.at(now + max(f.bits, 0.0) / (rate * 1e9), lambda fl=f: self._cross_end(fl))
+                f.timer = None
+            if rate > 0:  # a flow with no share left waits for the next reshare
+                f.timer = self.events.at(now + max(f.bits, 0.0) / (rate * 1e9), lambda fl=f: self._cross_end(fl))
 
     def _unlink(self, flow: _Flow) -> None:
         self._reshare(flow.links)  # bring the link's flows up to date while the flow still counts

@@ -91,10 +91,13 @@ def test_warm_switch_when_a_gpu_changes_job():
     assert [x["switch_s"] for x in rows(r, "A", "train")] == pytest.approx([0.0, 0.0, 0.0])
 
 
+FAIR = SimModel(link_policy="fair")
+
+
 def test_concurrent_syncs_share_the_link():
     jobs = JobSet(jobs=[job("A", rollout=10, train=10), job("B", rollout=10, train=10)])
     plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 10))
-    shared = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)
+    shared = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC, model=FAIR)
     alone = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC, model=NO_SHARE)
     # Both syncs start at t=20: 16 Gbit each over 8 Gbit/s shared -> 4 Gbit/s each -> 4 s instead of 2 s.
     assert [x["duration_s"] for x in rows(shared, phase="sync")] == pytest.approx([4.0, 4.0], abs=1e-6)
@@ -106,9 +109,36 @@ def test_a_sync_speeds_up_when_the_other_transfer_ends():
     # then 4 Gbit/s each: A ends at 21 + 8/4 = 23; B has 16 - 8 = 8 Gbit left, alone again: 24 s.
     jobs = JobSet(jobs=[job("A", rollout=10, train=10), job("B", rollout=10, train=11)])
     plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 11))
-    r = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC, model=FAIR)
     ends = {x["job"]: x["end_s"] for x in rows(r, phase="sync")}
     assert ends == pytest.approx({"A": 23.0, "B": 24.0}, abs=1e-6)
+
+
+@pytest.mark.parametrize("slo_a, slo_b, first", [(1.5, 1.2, "B"), (1.2, 1.5, "A")])
+def test_deadline_policy_serves_the_least_slack_first(slo_a, slo_b, first):
+    # Both syncs start at t=20 (16 Gbit over an 8 Gbit/s link). A solo group's slack per iteration
+    # is (slo - 1) x 22 s, so the tighter job crosses alone in 2 s, the other in the 2 s after.
+    jobs = JobSet(jobs=[job("A", rollout=10, train=10, slo=slo_a), job("B", rollout=10, train=10, slo=slo_b)])
+    plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 10))
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)  # deadline is the default
+    ends = {x["job"]: x["end_s"] for x in rows(r, phase="sync")}
+    second = "A" if first == "B" else "B"
+    assert ends == pytest.approx({first: 22.0, second: 24.0}, abs=1e-6)
+
+
+def test_deadline_policy_preempts_for_an_earlier_deadline():
+    # B (tight SLO) starts its sync 1 s after A: A has crossed 8 Gbit alone; B then takes the whole
+    # link (ends 21 + 2 = 23) and A finishes its last 8 Gbit after it (23 + 1 = 24).
+    jobs = JobSet(jobs=[job("A", rollout=10, train=10, slo=2.0), job("B", rollout=10, train=11, slo=1.05)])
+    plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 11))
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)
+    ends = {x["job"]: x["end_s"] for x in rows(r, phase="sync")}
+    assert ends == pytest.approx({"A": 24.0, "B": 23.0}, abs=1e-6)
+
+
+def test_unknown_link_policy_is_refused():
+    with pytest.raises(ValueError, match="link_policy"):
+        SimModel(link_policy="random")
 
 
 def test_failure_restarts_the_iteration_and_spares_other_groups():

@@ -42,6 +42,9 @@ def simulate(
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0, help="Seconds a moved job pauses."),
     static: bool = typer.Option(False, "--static", help="Ignore the plan's elastic rules (no migration, lending)."),
     no_link_sharing: bool = typer.Option(False, "--no-link-sharing", help="Syncs do not share link bandwidth."),
+    link_policy: str = typer.Option("deadline", "--link-policy",
+                                    help="How syncs share a link: deadline (the controller serves the least SLO "
+                                         "slack first) or fair (even split, uncoordinated flows)."),
     time_limit: float = typer.Option(10.0, "--time-limit", min=0.01, help="Solver time limit per (re)plan."),
     threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for records, metrics and pictures."),
@@ -102,7 +105,9 @@ def simulate(
         return n * solo_model.solo_iteration_s(job)
 
     injector = spec.injector(jobs, lifetime) if (spec.steps or spec.template) else None
-    model = _sim_model(plan.elastic if plan is not None else {}, not no_link_sharing)
+    if link_policy not in ("deadline", "fair"):
+        raise InputError("<command line>", "--link-policy", f"expected deadline or fair, got {link_policy!r}")
+    model = _sim_model(plan.elastic if plan is not None else {}, not no_link_sharing, link_policy)
     progress, bar = _progress(not as_json)
 
     def online(base_jobs: JobSet, base_plan, q_plan):
@@ -176,7 +181,7 @@ def simulate(
     data["inputs"] = {"plan": str(plan_file) if plan_file else None, "topology": topo.name, "jobs": str(jobs_file),
                       "policy": plan.policy if plan else policy, "seed": seed, "iterations": None if trace else iterations,
                       "trace": trace, "drift": drift, "fail": fail, "elastic": not static,
-                      "link_sharing": not no_link_sharing}
+                      "link_sharing": not no_link_sharing, "link_policy": link_policy}
     paths = write_outputs(out, controller, data)
     if not no_plots:
         from executor.outputs import records_table
@@ -193,7 +198,7 @@ def simulate(
     _summary(data, out, len(paths))
 
 
-def _sim_model(elastic: dict, link_sharing: bool):
+def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline"):
     """The tail model may be tuned in the plan's ``elastic.long_tail_migration`` (tail_share, tail_slowdown)."""
     from executor.sim import SimModel
 
@@ -208,7 +213,8 @@ def _sim_model(elastic: dict, link_sharing: bool):
     if not 0 <= tail_share < 1 or tail_slowdown < 1:
         raise InputError("<plan>", "elastic.long_tail_migration",
                          f"need 0 <= tail_share < 1 and tail_slowdown >= 1 (got {tail_share}, {tail_slowdown})")
-    return SimModel(tail_share=tail_share, tail_slowdown=tail_slowdown, link_sharing=link_sharing)
+    return SimModel(tail_share=tail_share, tail_slowdown=tail_slowdown, link_sharing=link_sharing,
+                    link_policy=link_policy)
 
 
 def _rules(plan, plan_file):
