@@ -42,8 +42,13 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
 
             fallback = exc.fallback or plan_weave(model, max_group_size=max_group_size)
             note = f"fallback to the weave policy: {exc}"
-            return fallback.model_copy(update={"solver": SolverInfo(
-                name="weave", status="FALLBACK", wall_s=round(time.perf_counter() - started, 3), note=note)})
+            cost = fallback.cost_usd_per_hour
+            bound = min(exc.bound, cost) if exc.bound is not None else None
+            gap = round((cost - bound) / cost, 6) if bound is not None and cost > 0 else None
+            return fallback.model_copy(update={
+                "lower_bound_usd_per_hour": round(bound, 6) if bound is not None else fallback.lower_bound_usd_per_hour,
+                "solver": SolverInfo(name="weave", status="FALLBACK", wall_s=round(time.perf_counter() - started, 3),
+                                     gap=gap, bound=None if bound is None else round(bound, 6), note=note)})
     from planner import baselines
 
     if policy == "weave":

@@ -308,9 +308,10 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
 class NoPlanInTime(RuntimeError):
     """No plan verified within the time limit; ``fallback`` is the weave plan when one was made."""
 
-    def __init__(self, message: str, fallback=None):
+    def __init__(self, message: str, fallback=None, bound: float | None = None):
         super().__init__(message)
         self.fallback = fallback
+        self.bound = bound  # a lower bound valid for the model, when one was proved before time ran out
 
 
 class EnumerationBudget(RuntimeError):

@@ -220,7 +220,10 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         hint = Incumbent(kept_columns, [j for j in job_ids if j not in covered])
     wall = time.perf_counter() - started
     if job_ids and (master is None or any(i not in verified for i in master.chosen)):
-        raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic)
+        bound = None
+        if lagrangian is not None and not (heuristic.rejected or charge):  # same jobs placed: comparable
+            bound = max(lagrangian, work_lower_bound(model, job_ids))
+        raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic, bound)
 
     chosen = master.chosen if master else []
     groups = []

@@ -138,6 +138,27 @@ def test_fallback_to_weave_when_no_plan_is_verified_in_time():
     assert_valid(plan, TESTBED, jobs)
 
 
+def test_fallback_keeps_the_bound_proved_before_time_ran_out(monkeypatch):
+    import planner.optimize
+    from planner.baselines import plan_weave
+    from planner.model import PlanningModel
+    from planner.optimal import NoPlanInTime
+
+    jobs = generate("Mixed", 12, 2)
+    weave = plan_weave(PlanningModel(TESTBED, jobs, 0.95))
+    bound = 0.9 * weave.cost_usd_per_hour
+
+    def out_of_time(*_args, **_kwargs):
+        raise NoPlanInTime("no verified plan within 1 s", weave, bound)
+
+    monkeypatch.setattr(planner.optimize, "plan_optimal", out_of_time)
+    plan = make_plan(TESTBED, jobs, time_limit_s=1)
+    assert plan.solver.status == "FALLBACK"
+    assert plan.lower_bound_usd_per_hour == pytest.approx(bound, abs=1e-5)
+    assert plan.solver.gap == pytest.approx(0.1, abs=1e-5)  # (cost - 0.9 cost) / cost
+    assert_valid(plan, TESTBED, jobs)
+
+
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
     jobs = generate("Mixed", 100, 1)  # weave places 75 of them on weave-testbed, the rest find no nodes
     plan = make_plan(TESTBED, jobs, time_limit_s=20)
