@@ -1,0 +1,48 @@
+"""ROLL: per job a YAML file with the ``device_mapping`` of ``actor_train``, ``actor_infer`` and
+``reference`` in global GPU ranks (order: ``planner.export.layout``).
+
+``device_mapping`` is written as ROLL writes it, ``list(range(a,b))``, when the ranks are
+contiguous, else as a list literal (ROLL #205: non-contiguous ranks trip its node arithmetic, so a
+warning says so). ``reference`` runs where ``actor_train`` does (ROLL requires it for partial GPU
+mode). The ranks assume ROLL's node order is the topology's: node rank = global rank //
+``num_gpus_per_node``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.export.layout import JobLayout, by_node, global_ranks, rank_offsets
+from topology.topology import Topology
+
+
+def device_mapping(ranks: list[int]) -> str:
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"list(range({ranks[0]},{ranks[-1] + 1}))"
+    return "[" + ", ".join(map(str, ranks)) + "]"
+
+
+def build(layout: JobLayout, topo: Topology, source: str, warnings: list[str]) -> dict[str, Any]:
+    train = global_ranks(topo, layout.train)
+    infer = global_ranks(topo, layout.rollout)
+    for role, ranks in (("actor_train", train), ("actor_infer", infer)):
+        if ranks != list(range(ranks[0], ranks[-1] + 1)):
+            warnings.append(f"ROLL: job {layout.job} {role} ranks are not contiguous ({device_mapping(ranks)}); "
+                            "ROLL expects contiguous device_mapping (ROLL #205)")
+    data: dict[str, Any] = {}
+    per_node = {n.gpus for n in topo.nodes.values()}
+    if len(per_node) == 1:
+        data["num_gpus_per_node"] = per_node.pop()
+    else:
+        warnings.append(f"ROLL: topology {topo.name} mixes GPUs per node; num_gpus_per_node left out")
+    data["actor_train"] = {"device_mapping": device_mapping(train)}
+    data["actor_infer"] = {"device_mapping": device_mapping(infer)}
+    data["reference"] = {"device_mapping": device_mapping(train)}
+    offsets = rank_offsets(topo)
+    used = {**by_node(topo, layout.rollout), **by_node(topo, layout.train)}
+    data["weave_placement"] = {
+        "plan": layout.plan, "group": layout.group, "job": layout.job, "topology": topo.name,
+        "rank_order": "nodes in topology order x GPU index; rank = GPUs on earlier nodes + index",
+        "node_first_rank": {n: offsets[n] for n in topo.nodes if n in used},
+    }
+    return data

@@ -1,0 +1,125 @@
+"""What every framework importer provides, and the one function that runs any of them.
+
+A framework module (``verl``, ``roll``, ``openrlhf``) supplies: how to read its console lines,
+how one step's metrics map onto Weave's phases, and where its config keeps the GPU counts. The
+reading, skip accounting, GPU types and record building are shared here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import pandas as pd
+
+from profiles.importers.builder import Placement, StepPhases, build_records
+from profiles.importers.config import find_config, load_config
+from profiles.importers.metrics import LineParser, StepMetrics, read_steps
+from weave.errors import InputError
+
+CLI = "<command line>"
+
+
+class Importer(Protocol):
+    NAME: str  # as the CLI spells it: verl, roll, openrlhf
+    TITLE: str  # as the project spells it, for messages: veRL, ROLL, OpenRLHF
+    parse_console: LineParser
+
+    def phases(self, step: StepMetrics) -> StepPhases:
+        """The step's phase times; ValueError (a short reason) when the step has none usable."""
+
+    def gpu_counts(self, config: Mapping[str, Any], config_file: str) -> tuple[int | None, int | None]:
+        """(rollout GPUs, train GPUs) from the config, ``None`` where it does not say."""
+
+    def job_name(self, config: Mapping[str, Any]) -> str | None:
+        """The run's name in the config, if any."""
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    job: str | None = None
+    gpu_type: str | None = None  # "H800" for every phase, or "rollout=H20,train=H800"
+    config: Path | None = None
+    rollout_gpus: int | None = None
+    train_gpus: int | None = None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    records: pd.DataFrame
+    job: str
+    placement: Placement
+    log_format: str
+    config_file: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def import_log(importer: Importer, log: Path, options: ImportOptions) -> ImportResult:
+    file = str(log)
+    raw, skipped, log_format = read_steps(log, importer.parse_console, importer.TITLE)
+    config_path = find_config(log, options.config)
+    config = load_config(config_path)
+    steps: list[StepPhases] = []
+    seen: dict[int, int] = {}
+    for item in raw:
+        if item.step in seen:
+            skipped.add(item.line, f"step {item.step} again (first at line {seen[item.step]}; the first is kept)")
+            continue
+        try:
+            phases = importer.phases(item)
+        except ValueError as exc:
+            skipped.add(item.line, str(exc))
+            continue
+        seen[item.step] = item.line
+        steps.append(phases)
+    if not steps:
+        reasons = "; ".join(skipped.warnings(shown=3)) or "the file is empty"
+        raise InputError(file, None, f"no usable {importer.TITLE} step ({reasons})")
+    placement = _placement(importer, config, str(config_path) if config_path else None, options, file)
+    job = options.job or importer.job_name(config) or log.stem
+    records = build_records(job, sorted(steps, key=lambda s: s.step), placement, file)
+    return ImportResult(records, job, placement, log_format, str(config_path) if config_path else None,
+                        skipped.warnings())
+
+
+def _placement(importer: Importer, config: Mapping[str, Any], config_file: str | None, options: ImportOptions,
+               log_file: str) -> Placement:
+    rollout, train = importer.gpu_counts(config, config_file or "<config>") if config else (None, None)
+    rollout = options.rollout_gpus or rollout
+    train = options.train_gpus or train
+    if train is None:
+        where = f"{config_file} has no training GPU count" if config_file else "no config found next to the log"
+        raise InputError(log_file, None, f"GPU counts unknown: {where} (give --config FILE or --train-gpus N)")
+    rollout = rollout or train  # no separate rollout pool: rollout runs on the training GPUs (colocated)
+    rollout_type, train_type = parse_gpu_types(options.gpu_type)
+    return Placement(rollout, train, rollout_type, train_type)
+
+
+def parse_gpu_types(text: str | None) -> tuple[str, str]:
+    """``H800`` -> (H800, H800); ``rollout=H20,train=H800`` -> (H20, H800)."""
+    if not text or not text.strip():
+        raise InputError(CLI, "--gpu-type", "required: logs do not record the GPU model "
+                         "(e.g. --gpu-type H800, or --gpu-type rollout=H20,train=H800)")
+    if "=" not in text:
+        return text.strip(), text.strip()
+    types: dict[str, str] = {}
+    for part in text.split(","):
+        role, sep, name = (p.strip() for p in part.partition("="))
+        if not sep or role not in ("rollout", "train") or not name:
+            raise InputError(CLI, "--gpu-type", f"expected TYPE or rollout=TYPE,train=TYPE (got {text!r})")
+        types[role] = name
+    if set(types) != {"rollout", "train"}:
+        raise InputError(CLI, "--gpu-type", f"name both rollout= and train= (got {text!r})")
+    return types["rollout"], types["train"]
+
+
+def total(metrics: Mapping[str, float], terms: tuple[tuple[str, ...], ...]) -> tuple[float, list[str]]:
+    """Sum over ``terms`` of the first key of each term present; also the keys used."""
+    value, used = 0.0, []
+    for aliases in terms:
+        key = next((k for k in aliases if k in metrics), None)
+        if key is not None:
+            value += metrics[key]
+            used.append(key)
+    return value, used

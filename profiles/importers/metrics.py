@@ -1,0 +1,179 @@
+"""Reading per-step metric dicts out of a training log: console lines, JSON lines or a CSV export.
+
+Each framework importer hands in a *line parser* for its console format; JSON lines and CSV
+tracking exports are shared. Every line that is not blank and yields no step is remembered with
+its line number and the reason, so the importer can warn with a count ("3 lines skipped: 7, 12,
+40 (not a metrics line)") instead of dropping it silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from weave.errors import InputError
+
+# A console parser returns (step, metrics) for a metrics line, None for any other line, and raises
+# ValueError (with a short reason) for a line that looks like metrics but cannot be read.
+LineParser = Callable[[str], "tuple[int, dict[str, float]] | None"]
+
+STEP_KEYS = ("step", "_step", "Step", "global_step", "train/global_step", "trainer/global_step")
+_NUMPY_WRAPPER = re.compile(r"^(?:np|numpy)\.(?:float|int|uint)\d*\((.*)\)$")  # pprint of numpy scalars
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    line: int  # 1-based line of the file the step came from
+    step: int
+    metrics: dict[str, float]
+
+
+@dataclass
+class Skipped:
+    """Lines (1-based) left out, grouped by reason, in file order."""
+
+    by_reason: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, line: int, reason: str) -> None:
+        self.by_reason.setdefault(reason, []).append(line)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.by_reason.values())
+
+    def warnings(self, shown: int = 10) -> list[str]:
+        out = []
+        for reason, lines in self.by_reason.items():
+            listed = ", ".join(str(n) for n in lines[:shown]) + (", ..." if len(lines) > shown else "")
+            out.append(f"{len(lines)} line{'s' if len(lines) != 1 else ''} skipped: {listed} ({reason})")
+        return out
+
+
+def number(text: Any) -> float:
+    """A metric value as float: plain numbers, numeric strings, ``np.float64(1.5)``; ValueError otherwise."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a number: {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        raw = str(text).strip()
+        wrapped = _NUMPY_WRAPPER.match(raw)
+        value = float(wrapped.group(1) if wrapped else raw)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text!r}")
+    return value
+
+
+def step_number(value: Any) -> int:
+    step = number(value)
+    if step != int(step) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {value!r}")
+    return int(step)
+
+
+def flat_metrics(data: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
+    """``{"step": N, "data"|"metrics": {...}}`` or a flat ``{"step": N, key: value}`` -> (step, numeric metrics).
+
+    Non-numeric values (strings, lists) are dropped: trackers log text next to timings.
+    """
+    nested = next((data[k] for k in ("data", "metrics") if isinstance(data.get(k), Mapping)), None)
+    metrics_in = dict(nested) if nested is not None else dict(data)
+    step_raw = next((data[k] for k in STEP_KEYS if k in data), None)
+    if step_raw is None:
+        step_raw = next((metrics_in[k] for k in STEP_KEYS if k in metrics_in), None)
+    if step_raw is None:
+        raise ValueError("no step key (" + ", ".join(STEP_KEYS[:4]) + ")")
+    step = step_number(step_raw)
+    metrics = {}
+    for key, value in metrics_in.items():
+        if key in STEP_KEYS or value is None or value == "":
+            continue
+        try:
+            metrics[str(key)] = number(value)
+        except (TypeError, ValueError):
+            continue
+    return step, metrics
+
+
+def read_steps(path: Path, console: LineParser, console_name: str) -> tuple[list[StepMetrics], Skipped, str]:
+    """All steps of a log file, the skipped lines and the format read (``csv``, ``jsonl``, ``console``).
+
+    ``.csv``/``.tsv`` files are tracking exports (one row per step, a step column); any other file
+    is read line by line: a line starting with ``{`` is JSON, anything else goes to ``console``.
+    """
+    file = str(path)
+    if not path.exists():
+        raise InputError(file, None, "file not found")
+    if path.is_dir():
+        raise InputError(file, None, "is a directory, expected a log file")
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise InputError(file, None, f"cannot read: {exc.strerror}") from None
+    if path.suffix.lower() in (".csv", ".tsv"):
+        steps, skipped = _read_csv(text, "\t" if path.suffix.lower() == ".tsv" else ",", file)
+        return steps, skipped, "csv"
+    steps: list[StepMetrics] = []
+    skipped = Skipped()
+    kinds = set()
+    for number_, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        try:
+            if stripped.startswith("{"):
+                try:
+                    data = json.loads(stripped)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"malformed JSON: {exc.msg}") from None
+                if not isinstance(data, dict):
+                    raise ValueError("JSON line is not an object")
+                step, metrics = flat_metrics(data)
+                kinds.add("jsonl")
+            else:
+                parsed = console(line)
+                if parsed is None:
+                    article = "an" if console_name[:1].lower() in "aeiou" else "a"
+                    skipped.add(number_, f"not {article} {console_name} metrics line")
+                    continue
+                step, metrics = parsed
+                kinds.add("console")
+        except ValueError as exc:
+            skipped.add(number_, str(exc))
+            continue
+        steps.append(StepMetrics(number_, step, metrics))
+    return steps, skipped, "+".join(sorted(kinds)) or "console"
+
+
+def _read_csv(text: str, delimiter: str, file: str) -> tuple[list[StepMetrics], Skipped]:
+    lines = text.splitlines()
+    reader = csv.reader(lines, delimiter=delimiter)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputError(file, None, "empty CSV file (expected a header with a step column)") from None
+    header = [h.strip() for h in header]
+    step_col = next((h for h in STEP_KEYS if h in header), None)
+    if step_col is None:
+        raise InputError(file, "header", f"no step column (expected one of {', '.join(STEP_KEYS)})")
+    steps: list[StepMetrics] = []
+    skipped = Skipped()
+    for row in reader:
+        line = reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            skipped.add(line, f"{len(row)} cells, the header has {len(header)}")
+            continue
+        try:
+            step, metrics = flat_metrics(dict(zip(header, row)))
+        except ValueError as exc:
+            skipped.add(line, str(exc))
+            continue
+        steps.append(StepMetrics(line, step, metrics))
+    return steps, skipped
