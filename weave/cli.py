@@ -428,5 +428,8 @@ _register_simulate(app)  # weave simulate (executor, sim backend)
 from weave.cli_stack import register as _register_stack  # noqa: E402 (needs the sub-apps above)
 
 _register_stack(profile_app, plan_app)  # weave profile import, weave plan export
+from weave.cli_report import register as _register_report  # noqa: E402
+
+_register_report(app)  # weave report (HTML page of a run folder)
 if __name__ == "__main__":
     run()
