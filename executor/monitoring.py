@@ -57,6 +57,7 @@ from prometheus_client.core import Metric
 from executor.controller import Controller
 from executor.outputs import held_stats
 from topology.topology import node_of
+from weave.errors import InputError
 
 PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 1200, 3600, float("inf"))
 SHORT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, float("inf"))
@@ -244,3 +245,28 @@ def start_metrics_server(target: Controller | ControllerMonitor, port: int, addr
     monitor = ControllerMonitor(target) if owned else target
     server, thread = start_http_server(port, addr=addr, registry=monitor.registry)
     return MetricsServer(monitor, int(server.server_port), addr, server, thread, owned)
+
+
+Setup = Callable[..., None]  # (controller, backend) -> None, as simulate_plan and run_trace take it
+
+
+def metrics_setup(port: int, setup: Setup | None = None, *, addr: str = "127.0.0.1",
+                  announce: Callable[[str], None] | None = None,
+                  servers: list[MetricsServer] | None = None) -> Setup:
+    """A ``setup`` hook that serves the controller's metrics (then runs ``setup``): what
+    ``weave simulate --metrics-port`` passes to ``simulate_plan`` / ``run_trace``."""
+
+    def hook(controller: Controller, backend) -> None:
+        try:
+            server = start_metrics_server(controller, port, addr)
+        except OSError as exc:  # port taken, address not local: the user's to fix, one line
+            raise InputError("<command line>", "--metrics-port", f"cannot serve on {addr}:{port}: "
+                             f"{exc.strerror or exc}") from None
+        if servers is not None:
+            servers.append(server)
+        if announce is not None:
+            announce(server.url)
+        if setup is not None:
+            setup(controller, backend)
+
+    return hook

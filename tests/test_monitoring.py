@@ -141,3 +141,22 @@ def test_registries_are_separate_and_reasons_are_short():
     assert reason_kind("drift: A1 rollout at 1.52x of its profile for 5 iterations") == "drift"
     assert reason_kind("admit J3") == "admit" and reason_kind("re-optimize") == "re-optimize"
     assert reason_kind("") == "replan"
+
+
+def test_simulate_metrics_port_serves_and_a_taken_port_is_one_line_exit_2(tmp_path, capsys):
+    import socket
+
+    from weave.cli import main
+
+    topo_file, jobs_file = EXAMPLES["micro-a.yaml"]
+    args = ["simulate", str(PLANS / "micro-a.yaml"), "--jobs", str(jobs_file), "--topology", str(topo_file),
+            "--iterations", "2", "--no-plots", "--json", "--out", str(tmp_path / "run")]
+    assert main([*args, "--metrics-port", "0"]) == 0
+    assert "metrics on http://127.0.0.1:" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main([*args, "--metrics-port", str(port)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--metrics-port: cannot serve on 127.0.0.1:{port}" in err and "\n" not in err

@@ -50,6 +50,8 @@ def simulate(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for records, metrics and pictures."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG and HTML pictures."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
+                                               help="Serve Prometheus metrics on 127.0.0.1:PORT during the run."),
 ) -> None:
     """Simulate a plan: weave simulate PLAN --jobs J --out DIR, or --topology T --jobs J [--trace]."""
     from executor.config import ElasticRules
@@ -136,6 +138,7 @@ def simulate(
                                                             time_limit_s=time_limit, threads=threads)
             jobs_for_trace = JobSet(jobs=[j if j.iterations else j.model_copy(update={"iterations": iterations})
                                           for j in jobs.jobs])
+            setup = _metrics(metrics_port, setup)
             result = run_trace(topo, jobs_for_trace, planner, seed=seed, rules=rules, model=model, drift=injector,
                                faults=faults, reopt_every_s=reopt_every, migration_cost_s=migration_cost,
                                reopt_time_limit_s=time_limit, threads=threads, progress=progress, setup=setup)
@@ -163,6 +166,7 @@ def simulate(
                 def setup(controller, _backend):
                     controller.extra_drift = DriftReplanner(controller, planner, migration_cost_s=migration_cost,
                                                             time_limit_s=time_limit, threads=threads)
+            setup = _metrics(metrics_port, setup)
             result = simulate_plan(plan, topo, jobs, iterations=iterations, seed=seed, rules=rules, model=model,
                                    drift=injector, faults=faults, progress=progress, setup=setup)
     finally:
@@ -215,6 +219,14 @@ def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline")
                          f"need 0 <= tail_share < 1 and tail_slowdown >= 1 (got {tail_share}, {tail_slowdown})")
     return SimModel(tail_share=tail_share, tail_slowdown=tail_slowdown, link_sharing=link_sharing,
                     link_policy=link_policy)
+
+
+def _metrics(port: Optional[int], setup):
+    if port is None:
+        return setup
+    from executor.monitoring import metrics_setup
+
+    return metrics_setup(port, setup, announce=lambda url: err_console.print(f"metrics on {url}", highlight=False))
 
 
 def _rules(plan, plan_file):
