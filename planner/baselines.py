@@ -182,12 +182,22 @@ class _Book:
         self.groups: list[_Group] = []
         self.rejected: list[Rejection] = []
         self._solo: dict[str, float] = {}
+        self._train_busy: dict[tuple[str, tuple[str, ...]], float] = {}
 
     def solo(self, job: JobSpec) -> float:
         # Per job (not ``model.solo``), so that a job the topology cannot host fails alone.
         if job.name not in self._solo:
             self._solo[job.name] = self.model.solo_iteration_s(job)
         return self._solo[job.name]
+
+    def train_busy(self, job: JobSpec, gpus: tuple[str, ...]) -> float:
+        """Seconds ``job``'s train and its warm switch hold the training GPUs ``gpus`` per cycle."""
+        key = (job.name, gpus)
+        if key not in self._train_busy:
+            gpu_type = self.topology.gpu_type_of(gpus[0])
+            self._train_busy[key] = (self.model.duration(job, "train", len(gpus), gpu_type)
+                                     + self.model.max_switch_s(job, "train", list(gpus)))
+        return self._train_busy[key]
 
     def reject(self, job: JobSpec, reason: str) -> None:
         self.rejected.append(Rejection(name=job.name, reason=reason))
@@ -392,10 +402,7 @@ def _train_may_fit(book: _Book, job: JobSpec, group: _Group) -> bool:
     member's train and warm switch once per cycle. Skipping groups that fail it changes no decision;
     it only saves the timetable simulation (admission must stay fast with thousands of jobs)."""
     members = [m.job for m in group.members] + [job]
-    gpus = list(group.train_gpus)
-    gpu_type = book.topology.gpu_type_of(gpus[0])
-    busy = sum(book.model.duration(j, "train", len(gpus), gpu_type) + book.model.max_switch_s(j, "train", gpus)
-               for j in members)
+    busy = sum(book.train_busy(j, group.train_gpus) for j in members)
     return busy <= min(j.slo * book.solo(j) for j in members) * (1 + SLO_TOL)
 
 

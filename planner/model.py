@@ -25,6 +25,7 @@ class PlanningModel:
         self.quantile = quantile
         self._sync_cache: dict[tuple, float] = {}
         self._solo_cache: dict[str, float] = {}
+        self._switch_cache: dict[tuple[float, str], float] = {}
 
     # ----- durations ---------------------------------------------------------------------
     def duration(self, job: JobSpec, kind: str, gpus: int, gpu_type: str) -> float:
@@ -32,9 +33,11 @@ class PlanningModel:
 
     def switch_s(self, job: JobSpec, kind: str, node_id: str) -> float:
         """Warm start of ``job``'s ``kind`` state on one GPU of ``node_id``."""
-        node = self.topology.node(node_id)
-        bytes_per_gpu = job.phase(kind).host_mem_gb * 1e9 / node.gpus
-        return self.topology.warm_switch_s(bytes_per_gpu, node_id)
+        key = (job.phase(kind).host_mem_gb, node_id)  # all it depends on
+        if key not in self._switch_cache:
+            node = self.topology.node(node_id)
+            self._switch_cache[key] = self.topology.warm_switch_s(key[0] * 1e9 / node.gpus, node_id)
+        return self._switch_cache[key]
 
     def max_switch_s(self, job: JobSpec, kind: str, gpus: list[str]) -> float:
         return max((self.switch_s(job, kind, n) for n in {node_of(g) for g in gpus}), default=0.0)

@@ -38,6 +38,7 @@ class Node:
         return [f"{self.id}:{i}" for i in range(self.gpus)]
 
 
+@lru_cache(maxsize=1 << 16)  # called in every hot path of the planner and the executor
 def node_of(gpu_id: str) -> str:
     """``rollout-003:5`` -> ``rollout-003``."""
     node, sep, index = gpu_id.rpartition(":")
