@@ -20,7 +20,8 @@ def register(app: typer.Typer) -> None:
 
 
 def report(
-    folder: Path = typer.Argument(..., metavar="DIR", help="Run folder: records, metrics.json (weave simulate/run --out)."),
+    folder: Path = typer.Argument(..., metavar="DIR",
+                                  help="Run folder: records, metrics.json (weave simulate/run --out)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default DIR/report.html)."),
     plan: Optional[Path] = typer.Option(None, "--plan", help="Plan to compare with (default: DIR/plan.yaml, "
                                         "else the plan named in metrics.json)."),
