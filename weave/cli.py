@@ -425,6 +425,9 @@ def run() -> None:
 from weave.cli_simulate import register as _register_simulate  # noqa: E402 (needs ``app`` above)
 
 _register_simulate(app)  # weave simulate (executor, sim backend)
+from weave.cli_run import register as _register_run  # noqa: E402
+
+_register_run(app)  # weave run (executor, local backend)
 from weave.cli_stack import register as _register_stack  # noqa: E402 (needs the sub-apps above)
 
 _register_stack(profile_app, plan_app)  # weave profile import, weave plan export

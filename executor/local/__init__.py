@@ -1,0 +1,8 @@
+"""The ``local`` backend: one worker process per logical GPU of a plan, on this machine's devices.
+
+Modules: ``devices`` (--map), ``messages`` (what crosses the pipes), ``worker`` (the process main
+loop and the phase shim), ``comm`` (torch.distributed groups, weight packing), ``samples`` (rollout
+shards on disk), ``backend`` (``LocalBackend``, the Backend protocol), ``journal`` (what ``--resume``
+reads), ``run`` (``run_plan_local``, the library call behind ``weave run``), ``toy`` (a tiny
+policy-gradient bandit Workload for tests and benchmarks).
+"""

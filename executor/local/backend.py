@@ -1,0 +1,472 @@
+"""``LocalBackend``: the Backend protocol over worker processes on this machine (DESIGN 5).
+
+One spawned worker process per logical GPU of the plan (``executor.local.worker``), each on the
+device the ``--map`` gives it. The controller's calls become messages: ``warm`` -> ``Warm`` (the
+worker loads the job's state at once), ``permit`` -> ``Permit`` (it computes as soon as its switch is
+done), ``release``/``abort`` -> ``Unwarm``, ``start_sync`` -> ``Sync`` to the trainer (rank 0) and
+every rollout worker of the job. ``step()`` waits on every worker's pipe and process sentinel
+(``multiprocessing.connection.wait``) with a timeout that respects ``call_at`` timers; ``now()`` is
+wall-clock seconds since the run started.
+
+Data: a rollout worker writes its shard to ``DIR/samples`` and reports ids, tokens and reward; the
+train workers of that iteration get every shard's path and take their contiguous rows.
+
+Faults: a worker that dies (``kill -9``) is noticed at once through its process sentinel, restarted
+(a new incarnation, hence new torch.distributed groups), and everything it was part of is re-run
+*inside the backend*: a rollout shard on the new worker (same prompts, same seeds, same policy
+version: the same samples, overwriting the same file), a train gang on all its members (each
+restores the train state of the previous iteration from ``DIR/checkpoints``, so the iteration's
+samples are trained on exactly once), a weight sync on all its endpoints (a fresh trainer reads the
+policy checkpoint). The controller only sees a slower phase; other jobs carry on. Choice: not the
+controller's ``node_down`` path, which on the one-node ``local`` topology would restart every job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import math
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Callable, Sequence
+
+from executor.backend import Callbacks, Measured, PhaseRun, SyncRun
+from executor.local import messages as m
+from executor.local.worker import WorkerConfig, main as worker_main
+from profiles.jobs import JobSet
+from topology.topology import Topology, node_of
+
+
+class WorkerError(RuntimeError):
+    """A worker failed in a way a restart does not explain (a bug in a workload, a missing file)."""
+
+
+@dataclass
+class _Worker:
+    wid: int
+    gpu: str
+    device: str
+    proc: mp.Process
+    conn: object
+    incarnation: int = 0
+    ready: bool = False
+    restarts: int = 0
+
+
+@dataclass(eq=False)
+class _Exec:
+    run: PhaseRun
+    rid: int
+    warmed: set[str] = field(default_factory=set)
+    attempt: dict[str, int] = field(default_factory=dict)
+    permitted: bool = False
+    permit_sent: float = 0.0
+    results: dict[str, m.Done] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _SyncExec:
+    run: SyncRun
+    sid: int
+    start: float
+    members: list[int]  # wids, rank order (0 sends)
+    loads: set[int]
+    attempt: int = 0
+    results: dict[int, m.SyncDone] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+class LocalBackend:
+    def __init__(self, topology: Topology, jobs: JobSet, devices: dict[str, str], root: Path, *, seed: int = 0,
+                 threads: int = 1, offsets: dict[str, int] | None = None, clock_start: float = 0.0,
+                 pin_cores: bool = True, max_restarts: int = 5, start_timeout_s: float = 180.0):
+        self.topology = topology
+        self.specs = {j.name: j for j in jobs.jobs}
+        self.devices = dict(devices)  # logical GPU -> device
+        self.root = Path(root)
+        self.threads = threads
+        self.offsets = dict(offsets or {})
+        self.pin_cores = pin_cores
+        self.max_restarts = max_restarts
+        self.start_timeout_s = start_timeout_s
+        self.blocks = {j.name: (j.workload, seed * 1000 + i) for i, j in enumerate(jobs.jobs)}
+        self.synced = {j: self.offsets.get(j, 0) - 1 for j in self.specs}  # real iteration of the last sync
+        self.clock_start = clock_start
+        self.t0 = time.monotonic() - clock_start
+        self.controller: Callbacks | None = None
+        self.workers: list[_Worker] = []
+        self.wid_of: dict[str, int] = {}
+        self.execs: dict[int, _Exec] = {}
+        self.by_run: dict[PhaseRun, _Exec] = {}
+        self.syncs: dict[int, _SyncExec] = {}
+        self.by_sync: dict[SyncRun, _SyncExec] = {}
+        self.timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._ids = itertools.count(1)
+        self.sample_paths: dict[tuple[str, int], list[str]] = {}
+        self.tokens: dict[tuple[str, int], int] = {}  # (job, controller iteration) -> rollout tokens
+        self.job_rows: dict[tuple[str, int], dict] = {}  # (job, real iteration) -> reward, loss, ...
+        self.permit_latency_s: list[float] = []
+        self.events: list[dict] = []
+        self.on_metric: list[Callable[[dict], None]] = []
+        self.store = None
+        self.ctx = mp.get_context("spawn")
+
+    # ----- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn one worker per logical GPU and wait until all are up; the clock starts then."""
+        import datetime
+
+        import torch.distributed as dist
+
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(seconds=60))
+        for wid, gpu in enumerate(sorted(self.devices)):
+            self.wid_of[gpu] = wid
+            self.workers.append(self._spawn(wid, gpu, self.devices[gpu], 0))
+        deadline = time.monotonic() + self.start_timeout_s
+        while not all(w.ready for w in self.workers):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"workers did not start within {self.start_timeout_s:.0f} s")
+            for obj in wait([w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers], left):
+                w = self._worker_of(obj)
+                if obj is w.proc.sentinel:
+                    raise WorkerError(f"worker for {w.gpu} ({w.device}) exited with code {w.proc.exitcode} "
+                                      "while starting")
+                try:
+                    self._handle(w.conn.recv())
+                except (EOFError, OSError):
+                    pass  # its sentinel says why
+        self.t0 = time.monotonic() - self.clock_start
+        self._write_workers()
+
+    def stop(self) -> None:
+        for w in self.workers:
+            try:
+                w.conn.send(m.Stop())
+            except (OSError, BrokenPipeError):
+                pass
+        deadline = time.monotonic() + 10
+        for w in self.workers:
+            w.proc.join(max(0.1, deadline - time.monotonic()))
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(5)
+
+    def _spawn(self, wid: int, gpu: str, device: str, incarnation: int) -> _Worker:
+        host, port = "127.0.0.1", self.store.port
+        cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, (host, port), str(self.root), self.blocks,
+                           self.pin_cores)
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=worker_main, args=(cfg, child), name=f"weave-worker-{wid}", daemon=True)
+        proc.start()
+        child.close()
+        return _Worker(wid, gpu, device, proc, parent, incarnation)
+
+    def _write_workers(self) -> None:
+        data = [{"gpu": w.gpu, "device": w.device, "pid": w.proc.pid, "incarnation": w.incarnation}
+                for w in self.workers]
+        tmp = self.root / ".workers.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.root / "workers.json")
+
+    # ----- Backend protocol ---------------------------------------------------------------------
+    def attach(self, controller: Callbacks) -> None:
+        self.controller = controller
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def call_at(self, time_s: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self.timers, (time_s, next(self._ids), fn))
+
+    def warm(self, run: PhaseRun, gpus: Sequence[str]) -> None:
+        ex = self._exec(run)
+        for g in gpus:
+            ex.warmed.add(g)
+            ex.attempt.setdefault(g, 0)
+            self._send_warm(ex, g)
+
+    def permit(self, run: PhaseRun) -> None:
+        ex = self._exec(run)
+        ex.permitted = True
+        ex.permit_sent = time.monotonic()
+        for g in sorted(ex.warmed):
+            self._send_permit(ex, g)
+
+    def release(self, run: PhaseRun, gpus: Sequence[str], *, tail: bool = False) -> None:
+        ex = self.by_run.get(run)
+        if ex is None:
+            return
+        if ex.permitted:
+            raise NotImplementedError("the local backend runs without long-tail migration and lending")
+        for g in gpus:
+            ex.warmed.discard(g)
+            self._send(self.wid_of[g], m.Unwarm(ex.rid))
+
+    def abort(self, run: PhaseRun | SyncRun) -> None:
+        if isinstance(run, SyncRun):
+            sx = self.by_sync.pop(run, None)
+            if sx is not None:
+                self.syncs.pop(sx.sid, None)
+            return
+        ex = self.by_run.pop(run, None)
+        if ex is None:
+            return
+        self.execs.pop(ex.rid, None)
+        for g in ex.warmed:
+            self._send(self.wid_of[g], m.Unwarm(ex.rid))
+
+    def start_sync(self, run: SyncRun) -> None:
+        sender = self.wid_of[run.train_gpus[0]]
+        receivers = sorted({self.wid_of[g] for g in run.rollout_gpus})
+        members = [sender] + [r for r in receivers if r != sender]
+        sx = _SyncExec(run, next(self._ids), self.now(), members, set(receivers))
+        self.syncs[sx.sid] = sx
+        self.by_sync[run] = sx
+        self._send_sync(sx)
+
+    def step(self) -> bool:
+        if self._fire_timers():
+            return True
+        if not (any(ex.permitted for ex in self.execs.values()) or self.syncs or self.timers):
+            return False  # nothing can report: the controller waits for nothing
+        timeout = 1.0
+        if self.timers:
+            timeout = max(0.0, min(timeout, self.timers[0][0] - self.now()))
+        objs = [w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers]
+        for obj in wait(objs, timeout):
+            w = self._worker_of(obj)
+            if w is None:
+                continue
+            if obj is w.proc.sentinel:
+                self._died(w)
+                continue
+            try:
+                while w.conn.poll():
+                    self._handle(w.conn.recv())
+            except (EOFError, OSError):
+                pass  # its sentinel reports the death
+        return True
+
+    # ----- sending ------------------------------------------------------------------------------
+    def _exec(self, run: PhaseRun) -> _Exec:
+        ex = self.by_run.get(run)
+        if ex is None:
+            ex = _Exec(run, next(self._ids))
+            self.by_run[run] = ex
+            self.execs[ex.rid] = ex
+        return ex
+
+    def _real(self, job: str, iteration: int) -> int:
+        return iteration + self.offsets.get(job, 0)
+
+    def _version(self, run: PhaseRun) -> int:
+        k = self._real(run.job, run.iteration)
+        return k - 1 if run.phase == "train" else self.synced[run.job]
+
+    def _send(self, wid: int, msg) -> None:
+        try:
+            self.workers[wid].conn.send(msg)
+        except (OSError, BrokenPipeError):
+            pass  # dead: its sentinel fires and the restart re-sends what it needs
+
+    def _send_warm(self, ex: _Exec, g: str) -> None:
+        run = ex.run
+        self._send(self.wid_of[g], m.Warm(ex.rid, ex.attempt[g], run.job, run.phase,
+                                          self._real(run.job, run.iteration), self._version(run)))
+
+    def _send_permit(self, ex: _Exec, g: str) -> None:
+        run = ex.run
+        k = self._real(run.job, run.iteration)
+        index = run.gpus.index(g)
+        group, inputs = None, ()
+        if run.phase == "train":
+            members = [self.workers[self.wid_of[x]] for x in run.gpus]
+            name = f"train/{run.job}/" + ",".join(f"{w.wid}.{w.incarnation}" for w in members)
+            group = m.Group(name, len(members), index)
+            inputs = tuple(self.sample_paths.get((run.job, k), ()))
+            if not inputs:
+                raise WorkerError(f"train {run.job} iteration {k}: no rollout samples")
+        self._send(self.wid_of[g], m.Permit(ex.rid, ex.attempt[g], run.job, run.phase, k, self._version(run),
+                                            shard=index, shards=len(run.gpus), inputs=inputs, group=group,
+                                            save=index == 0, sent=time.monotonic()))
+
+    def _send_sync(self, sx: _SyncExec) -> None:
+        ws = [self.workers[w] for w in sx.members]
+        name = (f"sync/{sx.run.job}/{sx.attempt}/" + ",".join(f"{w.wid}.{w.incarnation}" for w in ws))
+        k = self._real(sx.run.job, sx.run.iteration)
+        for rank, w in enumerate(ws):
+            self._send(w.wid, m.Sync(sx.sid, sx.attempt, sx.run.job, k, m.Group(name, len(ws), rank),
+                                     load=w.wid in sx.loads))
+
+    # ----- receiving ----------------------------------------------------------------------------
+    def _worker_of(self, obj) -> _Worker | None:
+        for w in self.workers:
+            if obj is w.conn or obj is w.proc.sentinel:
+                return w
+        return None
+
+    def _handle(self, msg) -> None:
+        if isinstance(msg, m.Ready):
+            w = self.workers[msg.wid]
+            if msg.incarnation == w.incarnation:
+                w.ready = True
+                if w.incarnation > 0:
+                    self.events.append({"t": self.now(), "event": "worker_up", "gpu": w.gpu, "pid": msg.pid,
+                                        "incarnation": w.incarnation})
+                    self._write_workers()
+        elif isinstance(msg, m.Done):
+            ex = self.execs.get(msg.rid)
+            g = self.workers[msg.wid].gpu
+            if ex is None or ex.attempt.get(g) != msg.attempt or g not in ex.warmed:
+                return  # aborted, or an attempt a restart replaced
+            ex.results[g] = msg
+            if msg.info.get("permit_latency_s") is not None:
+                self.permit_latency_s.append(msg.info["permit_latency_s"])
+            self._check_phase(ex)
+        elif isinstance(msg, m.Failed) and not msg.sync:
+            ex = self.execs.get(msg.rid)
+            g = self.workers[msg.wid].gpu
+            if ex is None or ex.attempt.get(g) != msg.attempt:
+                return
+            ex.failed[g] = msg.error
+            self._check_phase(ex)
+        elif isinstance(msg, m.Failed):
+            sx = self.syncs.get(msg.rid)
+            if sx is None or sx.attempt != msg.attempt:
+                return
+            sx.failed[msg.wid] = msg.error
+            self._check_sync(sx)
+        elif isinstance(msg, m.SyncDone):
+            sx = self.syncs.get(msg.sid)
+            if sx is None or sx.attempt != msg.attempt:
+                return
+            sx.results[msg.wid] = msg
+            self._check_sync(sx)
+
+    def _check_phase(self, ex: _Exec) -> None:
+        run = ex.run
+        need = set(ex.warmed)
+        if not ex.permitted or need - set(ex.results) - set(ex.failed):
+            return
+        if ex.failed:
+            g, error = next(iter(sorted(ex.failed.items())))
+            raise WorkerError(f"{run.phase} of {run.job} iteration {self._real(run.job, run.iteration)} failed on "
+                              f"{g}:\n{error}")
+        self._finish(ex)
+
+    def _finish(self, ex: _Exec) -> None:
+        run = ex.run
+        res = [ex.results[g] for g in sorted(ex.results)]
+        start = min(r.start for r in res) - self.t0
+        end = max(r.end for r in res) - self.t0
+        k = self._real(run.job, run.iteration)
+        row = self.job_rows.setdefault((run.job, k), {"job": run.job, "iteration": k})
+        if run.phase == "rollout":
+            paths = sorted((r.info["path"] for r in res), key=lambda p: int(Path(p).stem.split("-")[1]))
+            self.sample_paths[(run.job, k)] = paths
+            tokens = sum(r.info["tokens"] for r in res)
+            count = sum(r.info["count"] for r in res)
+            self.tokens[(run.job, run.iteration)] = tokens
+            for key in sorted({s for r in res for s in r.info["stats"]}):
+                vals = [(r.info["stats"][key], r.info["count"]) for r in res if key in r.info["stats"]]
+                row[key] = sum(v * c for v, c in vals) / max(1, sum(c for _, c in vals))
+            row.update({"samples": count, "tokens": tokens, "rollout_s": end - start})
+        else:
+            for key in sorted({s for r in res for s in r.info["metrics"]}):
+                vals = [r.info["metrics"][key] for r in res if key in r.info["metrics"]]
+                row.setdefault(f"train_{key}" if key in row else key, sum(vals) / len(vals))
+            row.update({"trained_samples": sum(r.info["count"] for r in res), "ledger": res[0].info["ledger"],
+                        "ledger_unique": res[0].info["ledger_unique"], "train_s": end - start})
+            for hook in self.on_metric:
+                hook(dict(row))
+        m_ = Measured(start_s=start, end_s=end, switch_s=max(r.switch_s for r in res), width_s=end - start,
+                      gpus=len(res), gpu_type=run.gpu_type, busy_gpu_s=sum(r.end - r.start for r in res),
+                      switch_gpu_s=sum(r.switch_s for r in res),
+                      cluster=self.topology.node(node_of(run.gpus[0])).cluster)
+        self.by_run.pop(run, None)
+        self.execs.pop(ex.rid, None)
+        self.controller.phase_done(run, m_)
+
+    def _check_sync(self, sx: _SyncExec) -> None:
+        if set(sx.members) - set(sx.results) - set(sx.failed):
+            return
+        if sx.failed:
+            wid, error = next(iter(sorted(sx.failed.items())))
+            raise WorkerError(f"weight sync of {sx.run.job} failed on {self.workers[wid].gpu}:\n{error}")
+        self.syncs.pop(sx.sid, None)
+        self.by_sync.pop(sx.run, None)
+        run = sx.run
+        end = max(r.end for r in sx.results.values()) - self.t0
+        self.synced[run.job] = max(self.synced[run.job], self._real(run.job, run.iteration))
+        nbytes = max(r.nbytes for r in sx.results.values())
+        row = self.job_rows.setdefault((run.job, self._real(run.job, run.iteration)),
+                                       {"job": run.job, "iteration": self._real(run.job, run.iteration)})
+        row.update({"sync_s": end - sx.start, "sync_bytes": nbytes})
+        m_ = Measured(start_s=sx.start, end_s=end, switch_s=0.0, width_s=end - sx.start, gpus=len(run.rollout_gpus),
+                      gpu_type=self.topology.gpu_type_of(run.rollout_gpus[0]),
+                      cluster=self.topology.node(node_of(run.rollout_gpus[0])).cluster)
+        self.controller.sync_done(run, m_)
+
+    def _fire_timers(self) -> bool:
+        fired = False
+        while self.timers and self.timers[0][0] <= self.now():
+            _, _, fn = heapq.heappop(self.timers)
+            fn()
+            fired = True
+        return fired
+
+    # ----- faults -------------------------------------------------------------------------------
+    def _died(self, w: _Worker) -> None:
+        w.proc.join(1)
+        code = w.proc.exitcode
+        try:
+            w.conn.close()
+        except OSError:
+            pass
+        w.restarts += 1
+        if w.restarts > self.max_restarts:
+            raise WorkerError(f"worker for {w.gpu} died {w.restarts} times (last exit code {code})")
+        lost = []
+        new = self._spawn(w.wid, w.gpu, w.device, w.incarnation + 1)
+        new.restarts = w.restarts
+        self.workers[w.wid] = new
+        for ex in list(self.execs.values()):
+            if w.gpu not in ex.warmed:
+                continue
+            run = ex.run
+            lost.append(f"{run.job}/{run.phase}/{self._real(run.job, run.iteration)}")
+            gang = ex.permitted and run.phase == "train"
+            again = sorted(ex.warmed) if gang else [w.gpu]
+            for g in again:  # a gang re-runs together; a rollout shard alone
+                ex.attempt[g] = ex.attempt.get(g, 0) + 1
+                ex.results.pop(g, None)
+                ex.failed.pop(g, None)
+                self._send_warm(ex, g)
+                if ex.permitted:
+                    self._send_permit(ex, g)
+        for sx in list(self.syncs.values()):
+            if w.wid in sx.members:
+                lost.append(f"{sx.run.job}/sync/{self._real(sx.run.job, sx.run.iteration)}")
+                sx.attempt += 1
+                sx.results.clear()
+                sx.failed.clear()
+                self._send_sync(sx)
+        self.events.append({"t": self.now(), "event": "worker_died", "gpu": w.gpu, "exit_code": code,
+                            "incarnation": w.incarnation, "rerun": lost})
+        self._write_workers()
+
+    # ----- figures ------------------------------------------------------------------------------
+    def permit_latency(self) -> dict[str, float]:
+        xs = sorted(self.permit_latency_s)
+        if not xs:
+            return {"p50_ms": math.nan, "p99_ms": math.nan, "n": 0}
+        pick = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]  # noqa: E731
+        return {"p50_ms": 1e3 * pick(0.5), "p99_ms": 1e3 * pick(0.99), "n": len(xs)}

@@ -1,0 +1,109 @@
+"""The run's journal: what ``weave run --resume DIR`` needs after the controller itself died.
+
+``DIR/run.json`` holds the inputs (the plan and jobs are copied into DIR, so a resume needs nothing
+else); ``DIR/journal.jsonl`` gets one line per event, flushed as it happens:
+
+- ``{"kind": "record", "row": {...}}``: a finished phase (DESIGN 3.4 row, real iteration numbers);
+- ``{"kind": "iteration", "job", "iteration", "t"}``: an iteration completed (its weight sync done);
+- ``{"kind": "metric", "row": {...}}``: a job's reward and loss for one iteration;
+- ``{"kind": "event", ...}``: worker deaths and restarts.
+
+Checkpoints (``DIR/checkpoints/<job>/train-<k>.pt`` with the consumed sample ids, and
+``policy-<k>.pt``) and the samples in flight (``DIR/samples/<job>/<k>/shard-<i>.pt``) sit next to it.
+A resumed run restarts every job after its last completed iteration: the workers restore the
+checkpoint of that iteration and re-run the next rollout (deterministic: the same samples).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class JournalState:
+    completed: dict[str, int] = field(default_factory=dict)  # job -> last completed iteration
+    records: list[dict] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    last_t: float = 0.0
+
+
+class Journal:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.path = self.root / "journal.jsonl"
+        self._file = None
+
+    def start_fresh(self, inputs: dict) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for sub in ("samples", "checkpoints"):
+            shutil.rmtree(self.root / sub, ignore_errors=True)
+        self.path.unlink(missing_ok=True)
+        (self.root / "run.json").write_text(json.dumps(inputs, indent=2))
+
+    def inputs(self) -> dict:
+        return json.loads((self.root / "run.json").read_text())
+
+    def read(self) -> JournalState:
+        state = JournalState()
+        if not self.path.exists():
+            return state
+        for line in self.path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short when the controller died
+            kind = entry.get("kind")
+            if kind == "record":
+                row = entry["row"]
+                state.records.append(row)
+                state.last_t = max(state.last_t, float(row.get("end_s") or 0.0))
+            elif kind == "iteration":
+                job, k = entry["job"], int(entry["iteration"])
+                state.completed[job] = max(state.completed.get(job, -1), k)
+                state.last_t = max(state.last_t, float(entry.get("t") or 0.0))
+            elif kind == "metric":
+                state.metrics.append(entry["row"])
+            elif kind == "event":
+                state.events.append(entry)
+        # Rows of iterations that did not complete are re-run: keep only completed ones.
+        state.records = [r for r in state.records if int(r["iteration"]) <= state.completed.get(r["job"], -1)]
+        state.metrics = [r for r in state.metrics if int(r["iteration"]) <= state.completed.get(r["job"], -1)]
+        return state
+
+    def _write(self, entry: dict) -> None:
+        if self._file is None:
+            self._file = self.path.open("a")
+        self._file.write(json.dumps(_clean(entry)) + "\n")
+        self._file.flush()
+
+    def record(self, row: dict) -> None:
+        self._write({"kind": "record", "row": row})
+
+    def iteration(self, job: str, k: int, t: float) -> None:
+        self._write({"kind": "iteration", "job": job, "iteration": k, "t": t})
+
+    def metric(self, row: dict) -> None:
+        self._write({"kind": "metric", "row": row})
+
+    def event(self, event: dict) -> None:
+        self._write({"kind": "event", **event})
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value

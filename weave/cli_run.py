@@ -1,0 +1,236 @@
+"""``weave run``: execute a plan on real worker processes of this machine (the ``local`` backend).
+
+Thin on purpose: parse and check the inputs, call ``executor.local.run.run_plan_local``, write the
+same outputs as ``weave simulate`` (records parquet + CSV, metrics.json, Gantt PNG + HTML) plus
+``job_metrics.csv`` (reward and loss per job and iteration). Registered on the main app by one line
+at the end of ``weave/cli.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from weave.errors import InputError
+from weave.render import console, err_console, print_json, table
+
+MAP_HELP = ("Logical GPU -> device, e.g. train-000:0=cpu:0,rollout-000:0=cpu:1 (cpu:N or cuda:N); "
+            "unmapped GPUs go round-robin over this machine's devices.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    plan_file: Optional[Path] = typer.Argument(None, metavar="[PLAN]", help="Plan YAML to execute."),
+    jobs_file: Optional[Path] = typer.Option(None, "--jobs", "-j", help="Jobs YAML (with workload blocks)."),
+    topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology file or preset (default: the plan's)."),
+    iterations: int = typer.Option(5, "--iterations", "-n", min=1, help="Iterations per job."),
+    device_map: Optional[str] = typer.Option(None, "--map", help=MAP_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for records, metrics, checkpoints, journal."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run journaled in this folder."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Base seed of the jobs' workloads."),
+    threads: int = typer.Option(1, "--threads", min=1, help="Torch threads per CPU worker."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG and HTML pictures."),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+) -> None:
+    """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR."""
+    from executor.local.journal import Journal
+
+    if resume is not None:
+        if not (resume / "run.json").exists():
+            raise InputError(str(resume), "run.json", "not a weave run folder (no run.json to resume from)")
+        saved = Journal(resume).inputs()
+        if out is not None and out.resolve() != resume.resolve():
+            raise InputError("<command line>", "--out", "--resume continues in its own folder; leave --out out")
+        out = resume
+        plan_file = Path(saved["plan"])
+        jobs_file = Path(saved["jobs"])
+        topology = saved["topology"]
+        iterations = int(saved["iterations"])
+        device_map = saved.get("map")
+        seed = int(saved.get("seed", 0))
+        threads = int(saved.get("threads", 1))
+    if plan_file is None:
+        raise InputError("<command line>", "PLAN", "required (or --resume DIR)")
+    if jobs_file is None:
+        raise InputError("<command line>", "--jobs", "required: the jobs' workloads are what the workers run")
+    if out is None:
+        raise InputError("<command line>", "--out", "required: the folder for records, checkpoints and the journal")
+    plan, topo, jobs = load_inputs(plan_file, jobs_file, topology)
+    from executor.local.devices import map_devices
+
+    gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
+    devices = map_devices(gpus, device_map)
+    inputs = None
+    if resume is None:
+        out.mkdir(parents=True, exist_ok=True)
+        # The run folder keeps copies of its inputs, so --resume needs nothing else.
+        for src, name in ((plan_file, "plan.yaml"), (jobs_file, "jobs.yaml")):
+            if src.resolve() != (out / name).resolve():
+                shutil.copyfile(src, out / name)
+        topo_ref = topology or plan.topology
+        if Path(str(topo_ref)).exists():
+            shutil.copyfile(topo_ref, out / "topology.yaml")
+            topo_ref = str((out / "topology.yaml").resolve())
+        inputs = {"plan": str((out / "plan.yaml").resolve()), "jobs": str((out / "jobs.yaml").resolve()),
+                  "topology": topo_ref, "iterations": iterations, "map": device_map, "seed": seed,
+                  "threads": threads}
+    from executor.local.run import run_plan_local
+
+    progress, bar = _progress(not as_json, iterations * len(plan.jobs))
+    try:
+        result = run_plan_local(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
+                                threads=threads, resume=resume is not None, inputs=inputs, progress=progress)
+    finally:
+        if bar is not None:
+            bar.stop()
+    data = write_run_outputs(out, result, plots=not no_plots, inputs={
+        "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
+        "map": devices, "seed": seed, "resumed": result.resumed})
+    if as_json:
+        print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
+        return
+    _summary(data, result, out)
+
+
+def load_inputs(plan_file: Path, jobs_file: Path, topology: str | None):
+    """Plan, topology and jobs, checked against each other (``InputError`` naming file and key)."""
+    import executor.local.toy  # noqa: F401  registers the bandit workload
+    from executor import workload as wl
+    from planner.plan import load_plan
+    from profiles.jobs import load_jobs
+    from topology.presets import PRESETS
+    from topology.topology import load_topology
+
+    plan = load_plan(plan_file)
+    if topology is None:
+        if plan.topology not in PRESETS:
+            raise InputError("<command line>", "--topology", f"required (the plan's topology {plan.topology!r} "
+                             "is not a preset)")
+        topology = plan.topology
+    topo = load_topology(topology)
+    jobs = load_jobs(jobs_file, topo.gpu_types)
+    if plan.topology != topo.name:
+        raise InputError(str(plan_file), "topology", f"plan is for {plan.topology!r}, topology is {topo.name!r}")
+    if not plan.groups:
+        raise InputError(str(plan_file), "groups", "the plan places no job: nothing to run")
+    missing = [j for j in plan.jobs if j not in jobs.names]
+    if missing:
+        raise InputError(str(jobs_file), "jobs", f"plan job {missing[0]!r} is not in the jobs file")
+    for gi, group in enumerate(plan.groups):
+        for ji, jp in enumerate(group.jobs):
+            for si, slot in enumerate(jp.phases):
+                for g in slot.gpus:
+                    node, _, _ = g.rpartition(":")
+                    if node not in topo.nodes or g not in topo.node(node).gpu_ids:
+                        raise InputError(str(plan_file), f"groups[{gi}].jobs[{ji}].phases[{si}].gpus",
+                                         f"unknown GPU {g!r} in topology {topo.name!r}")
+    for i, job in enumerate(jobs.jobs):
+        if job.name not in plan.jobs:
+            continue
+        kind = str((job.workload or {}).get("kind", "grpo"))
+        if kind == "grpo" and kind not in wl._REGISTRY:
+            try:
+                import executor.rl  # noqa: F401
+            except ImportError as exc:
+                raise InputError(str(jobs_file), f"jobs[{i}].workload.kind",
+                                 f"the built-in grpo workload is not available ({exc})") from None
+        if kind not in wl._REGISTRY:
+            raise InputError(str(jobs_file), f"jobs[{i}].workload.kind",
+                             f"unknown workload kind {kind!r} (known: {', '.join(sorted(wl._REGISTRY))})")
+    return plan, topo, jobs
+
+
+def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
+    """records, metrics.json, job_metrics.csv and the pictures; returns the metrics."""
+    from executor.outputs import metrics, records_table, write_outputs
+
+    controller = result.controller
+    out.mkdir(parents=True, exist_ok=True)
+    if controller is None:  # a resume with nothing left to run
+        data = {"iterations": 0, "note": "every job had already finished", "inputs": inputs}
+        (out / "metrics.json").write_text(json.dumps(data, indent=2))
+        _write_job_metrics(out / "job_metrics.csv", result.job_rows)
+        return data
+    data = metrics(controller, wall_s=result.wall_s, events=len(controller.records))
+    data["backend"] = "local"
+    data["elastic"] = False
+    data["workers"] = result.events
+    data["permit_latency"] = result.permit_latency
+    data["inputs"] = inputs
+    write_outputs(out, controller, data)
+    _write_job_metrics(out / "job_metrics.csv", result.job_rows)
+    if plots:
+        from executor.plots import draw_all
+
+        frame = records_table(controller)
+        cycles = [g.cycle_s for g in controller.plan.groups]
+        marks = [(e["t"], e["event"]) for e in result.events if e.get("event") == "worker_died"]
+        draw_all(out, frame, controller.held_timeline, controller.now, cycle_hint=max(cycles) if cycles else None,
+                 marks=marks[:50])
+    from executor.outputs import _clean
+
+    return _clean(data)
+
+
+def _write_job_metrics(path: Path, rows: list[dict]) -> None:
+    first = ["job", "iteration", "mean_reward", "reward_mean", "loss", "samples", "tokens", "trained_samples",
+             "ledger", "ledger_unique", "rollout_s", "train_s", "sync_s", "sync_bytes"]
+    keys = [k for k in first if any(k in r for r in rows)]
+    keys += sorted({k for r in rows for k in r} - set(keys))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys or first)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("running"), BarColumn(), MofNCompleteColumn(), TextColumn("t={task.fields[t]:,.1f} s"),
+                   TimeElapsedColumn(), console=err_console, transient=True)
+    task = bar.add_task("run", total=total, t=0.0)
+    bar.start()
+
+    def update(done: int, _total: int, t: float) -> None:
+        bar.update(task, completed=done, t=t)
+
+    return update, bar
+
+
+def _fmt(x, digits=3):
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    return round(x, digits) if isinstance(x, float) else x
+
+
+def _summary(data: dict, result, out: Path) -> None:
+    if "per_job" not in data:
+        console.print(f"nothing left to run; wrote {out}")
+        return
+    lat = data.get("permit_latency") or {}
+    console.print(f"ran {data['iterations']} iterations of {data['jobs']} jobs in {data['wall_s']:.1f} s "
+                  f"(run time {data['horizon_s']:.2f} s); permit latency p50 {_fmt(lat.get('p50_ms'), 2)} ms, "
+                  f"p99 {_fmt(lat.get('p99_ms'), 2)} ms; worker restarts "
+                  f"{sum(1 for e in result.events if e.get('event') == 'worker_died')}", highlight=False)
+    last: dict[str, dict] = {}
+    for r in result.job_rows:
+        last[r["job"]] = r
+    rows = []
+    for name, j in sorted(data["per_job"].items()):
+        lr = last.get(name, {})
+        reward = lr.get("mean_reward", lr.get("reward_mean"))
+        rows.append([name, j["iterations"], _fmt(j["planned_iteration_s"]), _fmt(j["steady_iteration_s"]),
+                     _fmt(j["iteration_s"]), _fmt(reward), _fmt(lr.get("loss"))])
+    console.print(table("Jobs", ["job", "iters", "plan s", "steady s", "mean s", "last reward", "last loss"], rows))
+    console.print(f"wrote records, metrics.json, job_metrics.csv and pictures to {out}")
