@@ -15,16 +15,22 @@ import typer
 from weave.errors import InputError
 from weave.render import console, err_console, print_json
 
-IMPORT_HELP = """Import phase timings from a veRL, ROLL or OpenRLHF log into records (DESIGN 3.4).
-
-LOG is a console log, JSON lines, or a tracking export (.csv, one row per step). GPU counts come
-from the run's config: --config FILE, else LOG's name with .yaml/.yml/.json, else config.yaml or
-.hydra/config.yaml beside LOG. Keys read: veRL trainer.nnodes x trainer.n_gpus_per_node (train)
-and rollout.nnodes x rollout.n_gpus_per_node (a separate rollout pool; else rollout shares the
-training GPUs); ROLL actor_train.device_mapping / actor_infer.device_mapping; OpenRLHF
-actor.num_nodes x actor.num_gpus_per_node and vllm.num_engines x vllm.tensor_parallel_size.
---train-gpus / --rollout-gpus override them. Lines that carry no usable step are counted and
-reported with their line numbers; a log with no usable step is an error (exit 2)."""
+IMPORT_HELP = (
+    "Import phase timings from a veRL, ROLL or OpenRLHF log into records (DESIGN 3.4).\n\n"
+    "LOG is a console log, JSON lines, or a tracking export (.csv, one row per step).\n\n"
+    "GPU counts come from the run's config: --config FILE, else LOG's name with .yaml/.yml/.json, else "
+    "config.yaml or .hydra/config.yaml beside LOG. Keys read: veRL trainer.nnodes x trainer.n_gpus_per_node "
+    "(train) and rollout.nnodes x rollout.n_gpus_per_node (a separate rollout pool; without one, rollout shares "
+    "the training GPUs); ROLL len(actor_train.device_mapping) and len(actor_infer.device_mapping); OpenRLHF "
+    "actor.num_nodes x actor.num_gpus_per_node and vllm.num_engines x vllm.tensor_parallel_size. "
+    "--train-gpus / --rollout-gpus override them.\n\n"
+    "Phases: veRL rollout = timing_s/gen, train = reward + old_log_prob + ref + values + adv + update_critic + "
+    "update_actor, sync = update_weights; ROLL rollout = time/step_generate, train = ref_log_probs_values + "
+    "old_log_probs + adv + step_train, sync = step_model_update, switch = onload + offload; OpenRLHF rollout = "
+    "timing/generation, train = make_experience + ppo_train, sync = broadcast.\n\n"
+    "Lines that carry no usable step are counted and reported with their line numbers; a log with no usable "
+    "step is an error (exit 2)."
+)
 
 
 def register(profile_app: typer.Typer, plan_app: typer.Typer) -> None:
@@ -80,7 +86,14 @@ def plan_export(
     image: str = typer.Option("weave-executor:latest", "--image", help="k8s: container image of the workers."),
     namespace: Optional[str] = typer.Option(None, "--namespace", help="k8s: namespace of the manifests."),
 ) -> None:
-    """Export a plan as framework settings: veRL resource pools, ROLL device_mapping, k8s manifests, Ray bundles."""
+    """Export a plan as framework settings: veRL resource pools, ROLL device_mapping, k8s manifests, Ray bundles.
+
+    Files: verl DIR/<job>.verl.yaml (trainer/rollout nnodes x n_gpus_per_node, hybrid engine or a separate rollout
+    pool, resource_pool_spec under weave_placement); roll DIR/<job>.roll.yaml (device_mapping of actor_train,
+    actor_infer, reference in global GPU ranks: nodes in topology order x GPU index); k8s DIR/<group>.k8s.yaml (one
+    Deployment per pool, pinned to the group's nodes, whole-node nvidia.com/gpu requests); ray DIR/<job>.ray.json
+    (placement groups, one bundle per node, with node and GPU ids).
+    """
     from planner.export import EXPORTERS, ExportOptions, export_plan
     from planner.plan import load_plan
     from topology.topology import load_topology

@@ -38,6 +38,7 @@ def build(layout: JobLayout, topo: Topology, source: str, warnings: list[str]) -
     else:
         raise InputError(source, f"job {layout.job}", "rollout and train GPUs overlap in part: veRL resource pools "
                          "must be disjoint or identical")
+    data = {k: v for k, v in data.items() if v}  # a pool nnodes x n_gpus_per_node cannot describe stays out
     data["weave_placement"] = {
         "plan": layout.plan, "group": layout.group, "job": layout.job,
         "resource_pool_spec": {name: [len(g) for g in placed.values()] for name, placed in pools.items()},
