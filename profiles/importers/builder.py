@@ -3,7 +3,8 @@
 Logs give durations, not timestamps, so ``start_s`` is rebuilt: the first logged step starts at
 0, each step starts where the previous one ended (its logged step time when there is one, else the
 sum of its phases), and inside a step the phases run in the framework's order with their warm
-switch (``switch_s``) right before them, as the executor records it.
+switch (``switch_s``) right before them, as the executor records it. An extra column
+``source_line`` names the log line each row came from.
 """
 
 from __future__ import annotations
