@@ -26,8 +26,8 @@ WEAVE = [sys.executable, "-c", "import sys; from weave.cli import run; sys.argv[
 BATCH = 32
 
 
-def jobs_yaml(steps: int, epochs: int) -> str:
-    block = f"{{kind: bandit, batch: {BATCH}, hidden: 128, steps: {steps}, epochs: {epochs}}}"
+def jobs_yaml(steps: int, epochs: int, hidden: int) -> str:
+    block = f"{{kind: bandit, batch: {BATCH}, hidden: {hidden}, steps: {steps}, epochs: {epochs}}}"
     job = """  - name: {name}
     params_b: 0.0001
     slo: 2.0
@@ -73,14 +73,14 @@ elastic: {}
 """
 
 
-def write_inputs(folder: Path, steps: int = 4, epochs: int = 1) -> tuple[Path, Path]:
+def write_inputs(folder: Path, steps: int = 4, epochs: int = 1, hidden: int = 64) -> tuple[Path, Path]:
     from topology.topology import load_topology
 
     folder.mkdir(parents=True, exist_ok=True)
     gpu_type = load_topology("local").gpu_type_of("local-000:0")
     plan, jobs = folder / "plan.yaml", folder / "jobs.yaml"
     plan.write_text(PLAN.replace("GT", gpu_type))
-    jobs.write_text(jobs_yaml(steps, epochs))
+    jobs.write_text(jobs_yaml(steps, epochs, hidden))
     return plan, jobs
 
 
@@ -139,7 +139,6 @@ def test_run_end_to_end_writes_outputs_and_records_fit(tmp_path):
     assert (counts == 1).all() and len(counts) == 18
     rollout = frame[frame.phase == "rollout"]
     assert (rollout.tokens == BATCH * 4).all()  # bandit: prompts x decode steps
-    assert (frame.switch_s > 0).all() == False or True  # noqa: E712  (syncs hold no GPU: switch 0)
     assert (frame[frame.phase != "sync"].switch_s > 0).all()
     assert (frame.duration_s > 0).all() and (frame.gpu_type == rollout.gpu_type.iloc[0]).all()
     data = json.loads((out / "metrics.json").read_text())
@@ -162,9 +161,10 @@ def test_run_end_to_end_writes_outputs_and_records_fit(tmp_path):
 def test_worker_kill_and_controller_kill_then_resume(tmp_path):
     """SIGKILL a worker mid-phase: noticed within 5 s, restarted, the phase re-run; then SIGKILL the
     controller and --resume: every iteration's samples are trained on exactly once."""
-    plan, jobs = write_inputs(tmp_path / "in", steps=150, epochs=30)
+    # Rollouts (~0.1 s) dominate, so the rollout worker is busy nearly all the time.
+    plan, jobs = write_inputs(tmp_path / "in", steps=3000, epochs=10, hidden=256)
     out = tmp_path / "run"
-    n = 6
+    n = 10
     proc = subprocess.Popen([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots",
                              "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -120,8 +120,13 @@ class Worker:
                 self.tasks.put(msg)
 
     def _compute_loop(self) -> None:
+        import torch
+
         from executor.local import messages as m
 
+        # OpenMP's thread count is per OS thread: without this, the first phases of a new thread run
+        # with one OpenMP thread per core, spinning against the other workers (seconds per phase).
+        torch.set_num_threads(self.cfg.threads)
         while True:
             msg = self.tasks.get()
             if msg is None:
@@ -282,6 +287,7 @@ class Worker:
         from executor.local import messages as m
         from executor.local.comm import broadcast_weights
 
+        torch.set_num_threads(self.cfg.threads)
         try:
             start = time.monotonic()
             weights = None
