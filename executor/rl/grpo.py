@@ -1,0 +1,383 @@
+"""The built-in GRPO job behind the phase shim (executor.workload.Workload).
+
+State per role (host dicts of CPU tensors, keys below; ``N`` = a ``named_parameters`` name):
+- rollout: ``policy.N``;
+- train: ``policy.N``, ``optim.N.exp_avg``, ``optim.N.exp_avg_sq``, ``optim.N.step`` (AdamW) and,
+  when ``kl_coef > 0``, the frozen reference ``ref.N``.
+Each role keeps a parameter-less model skeleton; a warm switch swaps tensors into it (``p.data``),
+so the optimizer, bound to the same Parameter objects, survives offloads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+from transformers import PreTrainedModel
+
+from executor.rl.loss import clipped_loss, group_advantages
+from executor.rl.model import build_model, build_tokenizer, initial_params
+from executor.rl.options import GRPOOptions
+from executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, mix_seed, response_id, shard_prompts
+from executor.rl.sampling import left_pad, response_logprobs, sample
+from executor.rl.tasks import Problem, Task, score
+from executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
+
+ROLES: tuple[Role, ...] = ("rollout", "train")
+_ADAM_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+@dataclass
+class _Slot:
+    """One role's model skeleton(s) and where its tensors live now."""
+
+    policy: PreTrainedModel
+    ref: PreTrainedModel | None = None
+    optimizer: torch.optim.AdamW | None = None
+    device: torch.device | None = None      # None: offloaded
+    host: HostState | None = None           # the latest host copy this instance knows of
+    names: list[str] = field(default_factory=list)
+
+
+def _empty_params(model: PreTrainedModel) -> None:
+    for p in model.parameters():
+        p.data = torch.empty(0, dtype=p.dtype)
+        p.grad = None
+
+
+def _move_buffers(model: PreTrainedModel, device: torch.device) -> None:
+    # Non-persistent constants (rotary inv_freq): small, not part of the moved state.
+    for module in model.modules():
+        for key, buf in module._buffers.items():
+            if buf is not None:
+                module._buffers[key] = buf.to(device)
+
+
+@register_workload("grpo")
+class GRPOWorkload(Workload):
+    """GRPO on a verifiable synthetic task (see ``executor.rl.options.GRPOOptions``)."""
+
+    def __init__(self, job: str, options: Mapping[str, Any], seed: int) -> None:
+        super().__init__(job, options, seed)
+        self.opts = GRPOOptions.from_mapping(self.options)
+        if self.opts.threads:
+            torch.set_num_threads(self.opts.threads)
+        self.task = Task(self.opts.task, self.opts.digits)
+        self.tokenizer = build_tokenizer(self.opts)
+        self.max_new_tokens = self.opts.max_new_tokens or self.task.answer_len + 1
+        self._slots: dict[Role, _Slot] = {}
+        self._layout_cache: dict[Role, dict[str, tuple[torch.Size, torch.dtype]]] = {}
+        self._pending: dict[str, torch.Tensor] | None = None  # synced weights before any rollout state
+
+    # -- problems ----------------------------------------------------------------------------------
+    def problem(self, iteration: int, prompt: int) -> Problem:
+        """Prompt ``prompt`` of ``iteration``: depends only on (seed, iteration, prompt index)."""
+        return self.task.problem(mix_seed(self.seed, iteration, prompt, STREAM_PROMPT))
+
+    def _prompt_tokens(self, problem: Problem) -> list[int]:
+        bos = [self.tokenizer.bos_id] if self.tokenizer.bos_id is not None else []
+        return bos + self.tokenizer.encode(problem.prompt)
+
+    # -- state layout --------------------------------------------------------------------------------
+    def _check_role(self, role: str) -> Role:
+        if role not in ROLES:
+            raise ValueError(f"grpo workload: unknown role {role!r} (known: {', '.join(ROLES)})")
+        return role  # type: ignore[return-value]
+
+    def _fresh_state(self, role: Role) -> HostState:
+        params = initial_params(self.opts, self.tokenizer, self.seed)
+        state = {f"policy.{n}": t for n, t in params.items()}
+        if role == "train":
+            for n, t in params.items():
+                for key in _ADAM_KEYS:
+                    state[f"optim.{n}.{key}"] = torch.zeros_like(t)
+                state[f"optim.{n}.step"] = torch.zeros((), dtype=torch.float32)
+            if self.opts.kl_coef > 0:
+                state.update({f"ref.{n}": t.clone() for n, t in params.items()})
+        return state
+
+    def _layout(self, role: Role) -> dict[str, tuple[torch.Size, torch.dtype]]:
+        if role not in self._layout_cache:
+            self._layout_cache[role] = {k: (t.shape, t.dtype) for k, t in self._fresh_state(role).items()}
+        return self._layout_cache[role]
+
+    def _slot(self, role: Role) -> _Slot:
+        if role not in self._slots:
+            policy = build_model(self.opts, self.tokenizer, self.seed)
+            slot = _Slot(policy=policy, names=[n for n, _ in policy.named_parameters()])
+            if role == "train":
+                slot.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.opts.lr,
+                                                   weight_decay=self.opts.weight_decay)
+                if self.opts.kl_coef > 0:
+                    slot.ref = build_model(self.opts, self.tokenizer, self.seed).requires_grad_(False)
+                    _empty_params(slot.ref)
+            _empty_params(policy)
+            self._slots[role] = slot
+        return self._slots[role]
+
+    def _device_tensors(self, slot: _Slot) -> dict[str, torch.Tensor]:
+        """The role's live tensors by host key (what to_host copies back)."""
+        out: dict[str, torch.Tensor] = {}
+        params = dict(slot.policy.named_parameters())
+        for n in slot.names:
+            out[f"policy.{n}"] = params[n].data
+        if slot.optimizer is not None:
+            for n in slot.names:
+                st = slot.optimizer.state[params[n]]
+                for key in _ADAM_KEYS:
+                    out[f"optim.{n}.{key}"] = st[key]
+                out[f"optim.{n}.step"] = st["step"]
+        if slot.ref is not None:
+            ref = dict(slot.ref.named_parameters())
+            out.update({f"ref.{n}": ref[n].data for n in slot.names})
+        return out
+
+    def _on_device(self, role: Role) -> _Slot:
+        slot = self._slots.get(role)
+        if slot is None or slot.device is None:
+            raise RuntimeError(f"grpo workload {self.job}: the {role} state is not on a device (call to_device first)")
+        return slot
+
+    # -- state movement ------------------------------------------------------------------------------
+    def initial_state(self, role: Role) -> HostState:
+        role = self._check_role(role)
+        state = self._fresh_state(role)
+        if torch.cuda.is_available():  # pinned host memory makes the warm switch an async DMA
+            state = {k: t.pin_memory() for k, t in state.items()}
+        slot = self._slot(role)
+        if slot.device is None:  # the copy the worker will hand to to_device: synced weights land here
+            slot.host = state
+        return state
+
+    def to_device(self, role: Role, state: HostState, device: torch.device) -> None:
+        role = self._check_role(role)
+        device = torch.device(device)
+        slot = self._slot(role)
+        if slot.device is not None:
+            raise RuntimeError(f"grpo workload {self.job}: the {role} state is already on {slot.device}")
+        layout = self._layout(role)
+        missing, extra = sorted(set(layout) - set(state)), sorted(set(state) - set(layout))
+        if missing or extra:
+            raise ValueError(f"grpo workload {self.job}: {role} state does not match "
+                             f"(missing: {missing[:5]}, unexpected: {extra[:5]})")
+        for key, (shape, dtype) in layout.items():
+            if state[key].shape != shape or state[key].dtype != dtype:
+                raise ValueError(f"grpo workload {self.job}: {role} state {key!r} is {tuple(state[key].shape)} "
+                                 f"{state[key].dtype}, expected {tuple(shape)} {dtype}")
+
+        def load(t: torch.Tensor) -> torch.Tensor:
+            # On CPU the device copy is a clone: the host dict stays the untouched host copy.
+            return t.clone() if device.type == "cpu" else t.to(device, non_blocking=t.is_pinned())
+
+        params = dict(slot.policy.named_parameters())
+        for n in slot.names:
+            params[n].data = load(state[f"policy.{n}"])
+        _move_buffers(slot.policy, device)
+        if slot.ref is not None:
+            ref = dict(slot.ref.named_parameters())
+            for n in slot.names:
+                ref[n].data = load(state[f"ref.{n}"])
+            _move_buffers(slot.ref, device)
+        if slot.optimizer is not None:
+            slot.optimizer.state.clear()
+            for n in slot.names:
+                entry = {key: load(state[f"optim.{n}.{key}"]) for key in _ADAM_KEYS}
+                entry["step"] = state[f"optim.{n}.step"].clone()  # AdamW keeps step on the CPU
+                slot.optimizer.state[params[n]] = entry
+        slot.device, slot.host = device, state
+        if role == "rollout" and self._pending is not None:
+            self._install(slot, self._pending)
+            self._pending = None
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def to_host(self, role: Role) -> HostState:
+        role = self._check_role(role)
+        slot = self._on_device(role)
+        assert slot.device is not None
+        live = self._device_tensors(slot)
+        if slot.device.type == "cpu":
+            host = dict(live)  # the live tensors already are host memory, and ours alone
+        else:  # copy back into the pinned buffers we loaded from (the worker's host copy), if any
+            old = slot.host or {}
+            host = {}
+            for key, t in live.items():
+                buf = old.get(key)
+                if buf is None or buf.shape != t.shape or buf.dtype != t.dtype or not buf.is_pinned():
+                    buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                host[key] = buf.copy_(t, non_blocking=True)
+            torch.cuda.synchronize(slot.device)
+        _empty_params(slot.policy)
+        _move_buffers(slot.policy, torch.device("cpu"))
+        if slot.ref is not None:
+            _empty_params(slot.ref)
+            _move_buffers(slot.ref, torch.device("cpu"))
+        if slot.optimizer is not None:
+            slot.optimizer.state.clear()
+        if slot.device.type == "cuda":
+            torch.cuda.empty_cache()
+        slot.device, slot.host = None, host
+        return host
+
+    def state_bytes(self, role: Role) -> int:
+        role = self._check_role(role)
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype in self._layout(role).values())
+
+    # -- weight sync ---------------------------------------------------------------------------------
+    def policy_weights(self) -> dict[str, torch.Tensor]:
+        slot = self._slots.get("train")
+        if slot is not None and slot.device is not None:
+            return {n: p.detach().to("cpu", copy=True) for n, p in slot.policy.named_parameters()}
+        if slot is not None and slot.host is not None:
+            return {n: slot.host[f"policy.{n}"].clone() for n in slot.names}
+        raise RuntimeError(f"grpo workload {self.job}: no train state to take policy weights from")
+
+    def load_policy_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        slot = self._slot("rollout")
+        missing, extra = sorted(set(slot.names) - set(weights)), sorted(set(weights) - set(slot.names))
+        if missing or extra:
+            raise ValueError(f"grpo workload {self.job}: synced weights do not match the policy "
+                             f"(missing: {missing[:5]}, unexpected: {extra[:5]})")
+        if slot.device is not None or slot.host is not None:
+            self._install(slot, weights)
+        else:  # no rollout state yet: applied by the next to_device
+            self._pending = {n: w.detach().to("cpu", copy=True) for n, w in weights.items()}
+
+    def _install(self, slot: _Slot, weights: Mapping[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            if slot.device is not None:
+                params = dict(slot.policy.named_parameters())
+                for n in slot.names:
+                    params[n].copy_(weights[n])
+            else:  # offloaded: update the host copy in place, which the worker passes to to_device
+                assert slot.host is not None
+                for n in slot.names:
+                    slot.host[f"policy.{n}"].copy_(weights[n])
+
+    def model(self, role: Role) -> PreTrainedModel:
+        """The role's policy as it is now on its device (for inspection and tests)."""
+        return self._on_device(self._check_role(role)).policy
+
+    # -- phases --------------------------------------------------------------------------------------
+    @phase("rollout")
+    def rollout(self, iteration: int, shard: int, shards: int) -> Samples:
+        slot = self._on_device("rollout")
+        assert slot.device is not None
+        group, steps = self.opts.group_size, self.max_new_tokens
+        prompts = shard_prompts(self.opts.prompts_per_iteration, shard, shards)
+        rows: list[list[int]] = []
+        noise: list[torch.Tensor] = []
+        for p in prompts:
+            rows += [self._prompt_tokens(self.problem(iteration, p))] * group
+            gen = torch.Generator().manual_seed(mix_seed(self.seed, iteration, p, STREAM_SAMPLE))
+            noise.append(torch.rand((group, steps), generator=gen))
+        n = len(rows)
+        prompt_index = torch.tensor([p for p in prompts for _ in range(group)], dtype=torch.long)
+        if n:
+            prompt_ids, prompt_mask = left_pad(rows, self.tokenizer.pad_id)
+            dev = slot.device
+            out = sample(slot.policy, prompt_ids.to(dev), prompt_mask.to(dev), torch.cat(noise).to(dev),
+                         temperature=self.opts.temperature, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id)
+            response_ids, response_mask, logprobs = out.response_ids.cpu(), out.response_mask.cpu(), out.logprobs.cpu()
+        else:  # more shards than prompts: an empty share, same columns
+            prompt_ids, prompt_mask = torch.zeros((0, 1), dtype=torch.long), torch.zeros((0, 1), dtype=torch.bool)
+            response_ids = torch.zeros((0, steps), dtype=torch.long)
+            response_mask = torch.zeros((0, steps), dtype=torch.bool)
+            logprobs = torch.zeros((0, steps))
+        tokens = int(response_mask.sum())
+        ids = [response_id(self.job, iteration, shard, p * group + g) for p in prompts for g in range(group)]
+        stats = {"response_len_mean": tokens / n} if n else {}
+        return Samples(job=self.job, iteration=iteration, shard=shard, shards=shards, count=n, tokens=tokens, ids=ids,
+                       stats=stats, data={"prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
+                                          "response_ids": response_ids, "response_mask": response_mask,
+                                          "old_logprobs": logprobs, "prompt_index": prompt_index})
+
+    def response_text(self, ids: torch.Tensor, mask: torch.Tensor) -> str:
+        """A response as text: its tokens before EOS (the whole budget when it never stopped)."""
+        toks = ids[mask].tolist()
+        if toks and toks[-1] == self.tokenizer.eos_id:
+            toks = toks[:-1]
+        return self.tokenizer.decode(toks)
+
+    @phase("reward")
+    def reward(self, samples: Samples) -> Samples:
+        """Score each response against its prompt's answer; add ``rewards`` and ``advantages``.
+
+        Updates ``samples`` in place and returns it.
+        """
+        data = samples.data
+        index = data["prompt_index"]
+        answers = {p: self.problem(samples.iteration, p).answer for p in set(index.tolist())}
+        texts = [self.response_text(data["response_ids"][i], data["response_mask"][i]) for i in range(len(index))]
+        rewards = torch.tensor([score(answers[int(p)], text) for p, text in zip(index.tolist(), texts)],
+                               dtype=torch.float32)
+        sizes = torch.bincount(index) if len(index) else torch.zeros(0, dtype=torch.long)
+        if bool((sizes[sizes > 0] != self.opts.group_size).any()):
+            raise ValueError(f"grpo workload {self.job}: a prompt's group is split across shards "
+                             f"(group sizes {sorted(set(sizes[sizes > 0].tolist()))}, expected {self.opts.group_size})")
+        data["rewards"] = rewards
+        data["advantages"] = group_advantages(rewards, index, self.opts.adv_eps)
+        if len(rewards):
+            samples.stats["reward_mean"] = float(rewards.mean())
+            samples.stats["solved"] = float((rewards == 1.0).float().mean())
+        return samples
+
+    @phase("train")
+    def train(self, iteration: int, samples: Samples, all_reduce: AllReduce) -> dict[str, float]:
+        """One optimizer step (``epochs`` of them) on this worker's samples, gradients all-reduced.
+
+        Each worker backpropagates the *sum* of its per-response losses and appends its response
+        count (and metric sums) to the all-reduced list; dividing the averaged gradient by the
+        averaged count gives the global mean gradient for any split of responses over workers.
+        """
+        slot = self._on_device("train")
+        assert slot.device is not None and slot.optimizer is not None
+        if "advantages" not in samples.data:
+            raise ValueError(f"grpo workload {self.job}: train got samples without advantages (run reward first)")
+        dev = slot.device
+        d = {k: v.to(dev) for k, v in samples.data.items()}
+        params = [p for _, p in slot.policy.named_parameters()]
+        n = samples.count
+        ref_logp = None
+        if n and slot.ref is not None and self.opts.kl_coef > 0:
+            with torch.no_grad():
+                ref_logp = response_logprobs(slot.ref, d["prompt_ids"], d["prompt_mask"], d["response_ids"],
+                                             d["response_mask"], temperature=self.opts.temperature)
+        metrics: dict[str, float] = {}
+        for _ in range(self.opts.epochs):
+            for p in params:
+                p.grad = None
+            sums = torch.zeros(6, device=dev)  # count, loss, kl, reward, clipped tokens, tokens
+            if n:
+                logp = response_logprobs(slot.policy, d["prompt_ids"], d["prompt_mask"], d["response_ids"],
+                                         d["response_mask"], temperature=self.opts.temperature)
+                out = clipped_loss(logp, d["old_logprobs"], d["advantages"], d["response_mask"], clip=self.opts.clip,
+                                   ref_logp=ref_logp, kl_coef=self.opts.kl_coef)
+                out.loss.backward()
+                sums = torch.stack([torch.tensor(float(n), device=dev), out.loss.detach(), out.kl, d["rewards"].sum(),
+                                    out.clipped, out.tokens]).float()
+            grads = []
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grads.append(p.grad)
+            all_reduce(grads + [sums])  # averages in place over the phase's workers
+            mean_count = float(sums[0])
+            grad_norm = 0.0
+            if mean_count > 0:
+                for g in grads:
+                    g.div_(mean_count)
+                clip_to = self.opts.max_grad_norm or float("inf")
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip_to))
+                slot.optimizer.step()
+            for p in params:
+                p.grad = None
+            total = max(mean_count, 1e-12)
+            metrics = {"loss": float(sums[1]) / total, "kl": float(sums[2]) / total,
+                       "reward_mean": float(sums[3]) / total,
+                       "clip_frac": float(sums[4]) / max(float(sums[5]), 1e-12), "grad_norm": grad_norm}
+        metrics.update({"samples": float(n), "ids": float(len(samples.ids)), "tokens": float(samples.tokens),
+                        "epochs": float(self.opts.epochs)})
+        return metrics
