@@ -134,6 +134,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                                deadline=started + 0.1 * time_limit_s)
     lagrangian, lp_state = None, None
     try:
+        if builder.hopeless():
+            raise EnumerationBudget("too many pairs to enumerate")
         for cand in builder.build():
             add(_candidate_column(cand, charge))
         result.mode = "enumerate" if builder.complete else "colgen"
@@ -194,8 +196,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             break
         say(f"master {result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
         failed = _verify(model, columns, master.chosen, verified, banned, deadline, threads, result, timetables)
-        if failed is None:  # out of time before every group had a timetable
-            master = None
+        if failed is None:  # out of time before every group had a timetable (repaired below)
             break
         if not failed:
             # The restricted master was solved to the end early: hand the rest of the time to the
@@ -218,27 +219,40 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         kept_columns = [i for i in master.chosen if i not in banned]
         covered = {j for i in kept_columns for j in columns[i].jobs}
         hint = Incumbent(kept_columns, [j for j in job_ids if j not in covered])
-    wall = time.perf_counter() - started
-    if job_ids and (master is None or any(i not in verified for i in master.chosen)):
-        bound = None
-        if lagrangian is not None and not (heuristic.rejected or charge):  # same jobs placed: comparable
-            bound = max(lagrangian, work_lower_bound(model, job_ids))
-        raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic, bound)
-
-    chosen = master.chosen if master else []
-    groups = []
-    order = sorted(chosen, key=lambda i: (not columns[i].pinned, columns[i].jobs))
-    for gi, i in enumerate(order):
-        members, nodes, tt = verified[i]
-        groups.append(group_plan(model, f"g{gi}", members, nodes, tt))
-    cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
-    lost = master.rejected if master else []
     jobs = model.jobs.jobs
-    rejected = rejected + [Rejection(name=jobs[j].name, reason="no room: the topology's free nodes hold a plan "
-                                     "that places more jobs") for j in lost]
+    chosen = master.chosen if master else []
+    order = sorted(chosen, key=lambda i: (not columns[i].pinned, columns[i].jobs))
+    groups = [group_plan(model, f"g{gi}", *verified[i]) for gi, i in enumerate(i for i in order if i in verified)]
+    lost = master.rejected if master else []
+    repaired = None
+    if job_ids and (master is None or any(i not in verified for i in master.chosen)):
+        # Out of time before every chosen group had a timetable: keep the verified groups and admit
+        # the other jobs around them; use that when it is no worse than the weave plan.
+        repaired = _repair(model, groups, [j for i in chosen if i not in verified for j in columns[i].jobs] + lost,
+                           max_group_size) if master is not None else None
+        if repaired is None or _worse(repaired, heuristic):
+            bound = None
+            if lagrangian is not None and not (heuristic.rejected or charge):  # same jobs placed: comparable
+                bound = max(lagrangian, work_lower_bound(model, job_ids))
+            raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic, bound)
+        groups = repaired.groups
+        names = {r.name for r in repaired.rejected}
+        lost = [j for j in job_ids if jobs[j].name in names]
+        say(f"repaired: {len(groups)} groups, ${repaired.cost_usd_per_hour:,.2f}/h")
+    wall = time.perf_counter() - started
+    cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
+    if repaired is not None:
+        rejected = rejected + list(repaired.rejected)
+    else:
+        rejected = rejected + [Rejection(name=jobs[j].name, reason="no room: the topology's free nodes hold a "
+                                         "plan that places more jobs") for j in lost]
     lb, note = _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, cost, charge)
     gap = (cost - lb) / cost if cost > 0 else 0.0
     status = master.status if master else "OPTIMAL"
+    if repaired is not None:
+        status = "FEASIBLE"
+        note = (note + "; " if note else "") + "time ran out verifying the master's plan: its verified groups, " \
+            "the other jobs admitted around them"
     if status == "OPTIMAL" and gap > 1e-6:
         status = "FEASIBLE"
     info = SolverInfo(name=solver, status=status, wall_s=round(wall, 3), gap=round(gap, 6), objective=cost,
@@ -247,6 +261,28 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                        cost_usd_per_hour=cost, lower_bound_usd_per_hour=round(lb, 6), solver=info, groups=groups,
                        rejected=rejected, elastic=dict(DEFAULT_ELASTIC))
     return result
+
+
+def _repair(model: PlanningModel, groups: list[GroupPlan], jobs: list[int], max_group_size: int) -> Plan:
+    """``groups`` kept as they are, each of ``jobs`` admitted around them (planner.online)."""
+    from planner.online import OnlinePlanner
+
+    partial = Plan.model_construct(version=1, policy="optimal", objective="cost", quantile=model.quantile,
+                                   topology=model.topology.name, solver=SolverInfo(name="repair", status="FEASIBLE"),
+                                   cost_usd_per_hour=round(sum(g.usd_per_hour or 0.0 for g in groups), 6),
+                                   lower_bound_usd_per_hour=None, groups=groups, rejected=[],
+                                   elastic=dict(DEFAULT_ELASTIC))
+    online = OnlinePlanner(model.topology, model.jobs, partial, quantile=model.quantile,
+                           max_group_size=max_group_size, link_budget=None)
+    specs = model.jobs.jobs
+    for j in sorted(jobs, key=lambda j: -specs[j].weight_bytes):  # big jobs first, while nodes are free
+        online.admit(specs[j])
+    return online.plan
+
+
+def _worse(plan: Plan, other: Plan) -> bool:
+    """More jobs rejected, or as many and dearer."""
+    return (len(plan.rejected), plan.cost_usd_per_hour) > (len(other.rejected), other.cost_usd_per_hour)
 
 
 def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | None) -> list[tuple[bool, Plan]]:
@@ -358,8 +394,8 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         value, pi, mu = lp.solve()  # the last columns added too
         state = LpState(value, pi, mu, lp.values())
         # Diving on the whole LP (warm re-solves) finds integer plans close to the LP optimum.
-        # Fixing a few disjoint columns per round keeps large LPs within the time (a little coarser).
-        state.dive = lp.dive(time.perf_counter() + dive_s, per=1 + len(lp.columns) // 8000)
+        # Fixing a few disjoint columns per round (one per 25 jobs) keeps large LPs within the time.
+        state.dive = lp.dive(time.perf_counter() + dive_s, per=max(1 + len(lp.columns) // 8000, len(job_ids) // 25))
         say(f"LP dive: {'out of time' if state.dive is None else 'done'}")
     return (best if best > -math.inf else None), state
 

@@ -159,6 +159,25 @@ def test_fallback_keeps_the_bound_proved_before_time_ran_out(monkeypatch):
     assert_valid(plan, TESTBED, jobs)
 
 
+def test_out_of_time_while_verifying_keeps_the_verified_groups_and_admits_the_rest(monkeypatch):
+    import planner.optimize as optimize
+
+    real = optimize._verify
+
+    def half_then_out_of_time(model, columns, chosen, verified, *args):
+        real(model, columns, chosen[: len(chosen) // 2], verified, *args)
+        return None  # as when the deadline passes mid-way
+
+    monkeypatch.setattr(optimize, "_verify", half_then_out_of_time)
+    jobs = generate("Mixed", 16, 3)
+    plan = make_plan(TESTBED, jobs, time_limit_s=10)
+    weave = make_plan(TESTBED, jobs, policy="weave")
+    assert_valid(plan, TESTBED, jobs)
+    assert plan.policy == "optimal" and "time ran out verifying" in plan.solver.note
+    assert len(plan.rejected) == len(weave.rejected)
+    assert plan.cost_usd_per_hour <= weave.cost_usd_per_hour + 1e-6
+
+
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
     jobs = generate("Mixed", 100, 1)  # weave places 75 of them on weave-testbed, the rest find no nodes
     plan = make_plan(TESTBED, jobs, time_limit_s=20)
