@@ -3,8 +3,9 @@
 One spawned worker process per logical GPU of the plan (``executor.local.worker``), each on the
 device the ``--map`` gives it. The controller's calls become messages: ``warm`` -> ``Warm`` (the
 worker loads the job's state at once), ``permit`` -> ``Permit`` (it computes as soon as its switch is
-done), ``release``/``abort`` -> ``Unwarm``, ``start_sync`` -> ``Sync`` to the trainer (rank 0) and
-every rollout worker of the job. ``step()`` waits on every worker's pipe and process sentinel
+done), ``release``/``abort`` -> ``Unwarm`` (all on the worker's command pipe, which its computing main
+thread reads), ``start_sync`` -> ``Sync`` to the trainer (rank 0) and every rollout worker of the job
+(on a second pipe, read by the worker's sync listener even while it computes). ``step()`` waits on every worker's pipe and process sentinel
 (``multiprocessing.connection.wait``) with a timeout that respects ``call_at`` timers; ``now()`` is
 wall-clock seconds since the run started.
 
@@ -23,6 +24,7 @@ controller's ``node_down`` path, which on the one-node ``local`` topology would 
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import json
@@ -42,6 +44,28 @@ from profiles.jobs import JobSet
 from topology.topology import Topology, node_of
 
 
+# glibc returns large freed blocks to the OS (mmap), so every warm switch on a CPU "device" would
+# page-fault its fresh buffers in again (4x slower than a copy). Workers keep freed memory instead,
+# as a GPU's caching allocator does (bench.executor, section a).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(4 * 1024 ** 3)}
+
+
+@contextlib.contextmanager
+def worker_env():
+    """The environment a spawned worker starts with (set around ``Process.start``)."""
+    saved = {k: os.environ.get(k) for k in MALLOC_ENV}
+    for k, v in MALLOC_ENV.items():
+        os.environ.setdefault(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class WorkerError(RuntimeError):
     """A worker failed in a way a restart does not explain (a bug in a workload, a missing file)."""
 
@@ -52,7 +76,8 @@ class _Worker:
     gpu: str
     device: str
     proc: mp.Process
-    conn: object
+    conn: object  # commands to the worker's main (compute) thread, and every reply
+    sync_conn: object  # weight syncs, read by the worker's sync listener
     incarnation: int = 0
     ready: bool = False
     restarts: int = 0
@@ -112,6 +137,7 @@ class LocalBackend:
         self.tokens: dict[tuple[str, int], int] = {}  # (job, controller iteration) -> rollout tokens
         self.job_rows: dict[tuple[str, int], dict] = {}  # (job, real iteration) -> reward, loss, ...
         self.permit_latency_s: list[float] = []
+        self.permit_latency_by_phase: dict[str, list[float]] = {}
         self.events: list[dict] = []
         self.on_metric: list[Callable[[dict], None]] = []
         self.store = None
@@ -164,10 +190,14 @@ class LocalBackend:
         cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, (host, port), str(self.root), self.blocks,
                            self.pin_cores)
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=worker_main, args=(cfg, child), name=f"weave-worker-{wid}", daemon=True)
-        proc.start()
+        sync_child, sync_parent = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child), name=f"weave-worker-{wid}",
+                                daemon=True)
+        with worker_env():
+            proc.start()
         child.close()
-        return _Worker(wid, gpu, device, proc, parent, incarnation)
+        sync_child.close()
+        return _Worker(wid, gpu, device, proc, parent, sync_parent, incarnation)
 
     def _write_workers(self) -> None:
         data = [{"gpu": w.gpu, "device": w.device, "pid": w.proc.pid, "incarnation": w.incarnation}
@@ -271,9 +301,10 @@ class LocalBackend:
         k = self._real(run.job, run.iteration)
         return k - 1 if run.phase == "train" else self.synced[run.job]
 
-    def _send(self, wid: int, msg) -> None:
+    def _send(self, wid: int, msg, sync: bool = False) -> None:
+        w = self.workers[wid]
         try:
-            self.workers[wid].conn.send(msg)
+            (w.sync_conn if sync else w.conn).send(msg)
         except (OSError, BrokenPipeError):
             pass  # dead: its sentinel fires and the restart re-sends what it needs
 
@@ -303,7 +334,7 @@ class LocalBackend:
         name = (f"sync/{sx.run.job}/{sx.attempt}/" + ",".join(f"{w.wid}.{w.incarnation}" for w in ws))
         k = self._real(sx.run.job, sx.run.iteration)
         for rank, w in enumerate(ws):
-            self._send(w.wid, m.Sync(sx.sid, sx.attempt, sx.run.job, k, m.Group(name, len(ws), rank),
+            self._send(w.wid, sync=True, msg=m.Sync(sx.sid, sx.attempt, sx.run.job, k, m.Group(name, len(ws), rank),
                                      load=w.wid in sx.loads))
 
     # ----- receiving ----------------------------------------------------------------------------
@@ -330,6 +361,7 @@ class LocalBackend:
             ex.results[g] = msg
             if msg.info.get("permit_latency_s") is not None:
                 self.permit_latency_s.append(msg.info["permit_latency_s"])
+                self.permit_latency_by_phase.setdefault(ex.run.phase, []).append(msg.info["permit_latency_s"])
             self._check_phase(ex)
         elif isinstance(msg, m.Failed) and not msg.sync:
             ex = self.execs.get(msg.rid)
@@ -427,10 +459,11 @@ class LocalBackend:
     def _died(self, w: _Worker) -> None:
         w.proc.join(1)
         code = w.proc.exitcode
-        try:
-            w.conn.close()
-        except OSError:
-            pass
+        for conn in (w.conn, w.sync_conn):
+            try:
+                conn.close()
+            except OSError:
+                pass
         w.restarts += 1
         if w.restarts > self.max_restarts:
             raise WorkerError(f"worker for {w.gpu} died {w.restarts} times (last exit code {code})")
@@ -464,9 +497,16 @@ class LocalBackend:
         self._write_workers()
 
     # ----- figures ------------------------------------------------------------------------------
-    def permit_latency(self) -> dict[str, float]:
-        xs = sorted(self.permit_latency_s)
-        if not xs:
-            return {"p50_ms": math.nan, "p99_ms": math.nan, "n": 0}
-        pick = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]  # noqa: E731
-        return {"p50_ms": 1e3 * pick(0.5), "p99_ms": 1e3 * pick(0.99), "n": len(xs)}
+    def permit_latency(self) -> dict:
+        """p50 / p99 / max of permit -> compute start, in ms, over all phases and per phase."""
+        out = _percentiles(self.permit_latency_s)
+        out["by_phase"] = {p: _percentiles(xs) for p, xs in sorted(self.permit_latency_by_phase.items())}
+        return out
+
+
+def _percentiles(values: list[float]) -> dict:
+    xs = sorted(values)
+    if not xs:
+        return {"p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "n": 0}
+    pick = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]  # noqa: E731
+    return {"p50_ms": 1e3 * pick(0.5), "p99_ms": 1e3 * pick(0.99), "max_ms": 1e3 * xs[-1], "n": len(xs)}

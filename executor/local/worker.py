@@ -1,8 +1,8 @@
 """A worker process of the local backend: one logical GPU, the phase shim, weight-sync receiver.
 
-Threads: the main thread reads the controller's pipe; a compute thread runs warm switches and
-phases in arrival order (``Warm`` -> ``Permit`` -> done, ``Unwarm``); each ``Sync`` gets a short
-thread of its own, so a weight sync lands in this worker's host cache (``load_policy_weights``)
+Threads: the main thread reads the controller's command pipe and runs warm switches and phases in
+arrival order (``Warm`` -> ``Permit`` -> done, ``Unwarm``); a listener thread reads the sync pipe and
+gives each ``Sync`` a short thread of its own, so a weight sync lands in this worker's host cache (``load_policy_weights``)
 even while it computes another job's phase. A per-job lock keeps a sync and a phase of the same job
 apart.
 
@@ -18,7 +18,7 @@ train phase, before it reports the phase done.
 from __future__ import annotations
 
 import os
-import queue
+import sys
 import threading
 import time
 import traceback
@@ -47,10 +47,11 @@ def checkpoint_path(root: Path, job: str, kind: str, k: int) -> Path:
     return root / "checkpoints" / job / f"{kind}-{k}.pt"
 
 
-def main(cfg: WorkerConfig, conn: Connection) -> None:
+def main(cfg: WorkerConfig, conn: Connection, sync_conn: Connection) -> None:
     """Process entry point (spawned)."""
     import torch
 
+    sys.setswitchinterval(0.0005)  # a sync thread must not hold the GIL for 5 ms while a permit waits
     torch.set_num_threads(cfg.threads)
     try:
         torch.set_num_interop_threads(1)
@@ -63,11 +64,11 @@ def main(cfg: WorkerConfig, conn: Connection) -> None:
             os.sched_setaffinity(0, {cores[int(index or 0) % len(cores)]})
     if kind == "cuda":
         torch.cuda.set_device(int(index or 0))
-    Worker(cfg, conn).serve()
+    Worker(cfg, conn, sync_conn).serve()
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, conn: Connection):
+    def __init__(self, cfg: WorkerConfig, conn: Connection, sync_conn: Connection):
         import torch
 
         import executor.local.toy  # noqa: F401  registers the bandit workload
@@ -75,6 +76,7 @@ class Worker:
 
         self.cfg = cfg
         self.conn = conn
+        self.sync_conn = sync_conn
         self.root = Path(cfg.root)
         kind, _, index = cfg.device.partition(":")
         self.device = torch.device("cuda", int(index or 0)) if kind == "cuda" else torch.device("cpu")
@@ -89,7 +91,6 @@ class Worker:
         self.latest: dict[str, tuple[int, dict]] = {}  # job -> (iteration, policy weights) after train
         self.resident: tuple[str, str, int] | None = None  # (job, role, rid) on the device
         self.warmed: dict[int, tuple[int, float]] = {}  # rid -> (attempt, switch seconds)
-        self.tasks: queue.Queue = queue.Queue()
 
     # ----- plumbing ---------------------------------------------------------------------------
     def send(self, msg) -> None:
@@ -100,10 +101,11 @@ class Worker:
                 os._exit(0)  # the controller is gone
 
     def serve(self) -> None:
+        """The main thread computes, reading its commands straight from the pipe (no hand-off: the
+        permit latency is one pipe hop); a listener thread takes syncs from the second pipe."""
         from executor.local import messages as m
 
-        compute = threading.Thread(target=self._compute_loop, name="compute", daemon=True)
-        compute.start()
+        threading.Thread(target=self._sync_listener, name="sync-listener", daemon=True).start()
         self.send(m.Ready(self.cfg.wid, self.cfg.incarnation, os.getpid(), self.cfg.device))
         while True:
             try:
@@ -111,37 +113,31 @@ class Worker:
             except (EOFError, OSError):
                 os._exit(0)  # the controller died: so do we (its --resume starts fresh workers)
             if isinstance(msg, m.Stop):
-                self.tasks.put(None)
-                compute.join(timeout=30)
                 os._exit(0)
-            if isinstance(msg, m.Sync):
-                threading.Thread(target=self._sync, args=(msg,), name=f"sync-{msg.sid}", daemon=True).start()
-            else:
-                self.tasks.put(msg)
+            self._compute(msg)
 
-    def _compute_loop(self) -> None:
-        import torch
+    def _sync_listener(self) -> None:
+        while True:
+            try:
+                msg = self.sync_conn.recv()
+            except (EOFError, OSError):
+                os._exit(0)
+            threading.Thread(target=self._sync, args=(msg,), name=f"sync-{msg.sid}", daemon=True).start()
 
+    def _compute(self, msg) -> None:
         from executor.local import messages as m
 
-        # OpenMP's thread count is per OS thread: without this, the first phases of a new thread run
-        # with one OpenMP thread per core, spinning against the other workers (seconds per phase).
-        torch.set_num_threads(self.cfg.threads)
-        while True:
-            msg = self.tasks.get()
-            if msg is None:
-                return
-            try:
-                if isinstance(msg, m.Warm):
-                    self._warm(msg)
-                elif isinstance(msg, m.Permit):
-                    self._permit(msg)
-                elif isinstance(msg, m.Unwarm):
-                    self._unwarm(msg.rid)
-            except Exception:  # noqa: BLE001  reported to the controller, which decides
-                rid = getattr(msg, "rid", -1)
-                self._forget(getattr(msg, "job", None))
-                self.send(m.Failed(rid, getattr(msg, "attempt", 0), self.cfg.wid, traceback.format_exc(limit=8)))
+        try:
+            if isinstance(msg, m.Warm):
+                self._warm(msg)
+            elif isinstance(msg, m.Permit):
+                self._permit(msg)
+            elif isinstance(msg, m.Unwarm):
+                self._unwarm(msg.rid)
+        except Exception:  # noqa: BLE001  reported to the controller, which decides
+            rid = getattr(msg, "rid", -1)
+            self._forget(getattr(msg, "job", None))
+            self.send(m.Failed(rid, getattr(msg, "attempt", 0), self.cfg.wid, traceback.format_exc(limit=8)))
 
     # ----- state --------------------------------------------------------------------------------
     def _workload(self, job: str):
@@ -246,6 +242,7 @@ class Worker:
                 info = {"tokens": int(samples.tokens), "count": int(samples.count), "ids": list(samples.ids),
                         "stats": dict(samples.stats), "path": str(path)}
             else:
+                start = time.monotonic()  # the phase starts with reading its inputs (the data plane)
                 batch = merge([load_samples(p) for p in msg.inputs])
                 mine = split(batch, msg.group.rank, msg.group.size) if msg.group else batch
                 if msg.group is not None and msg.group.size > 1:
@@ -253,7 +250,6 @@ class Worker:
                     reduce = make_all_reduce(pg, msg.group.size)
                 else:
                     reduce = make_all_reduce(None, 1)
-                start = time.monotonic()
                 out = fns["train"](msg.iteration, mine, reduce)
                 end = time.monotonic()
                 weights = wl.policy_weights()
