@@ -110,7 +110,8 @@ class _SyncExec:
 class LocalBackend:
     def __init__(self, topology: Topology, jobs: JobSet, devices: dict[str, str], root: Path, *, seed: int = 0,
                  threads: int = 1, offsets: dict[str, int] | None = None, clock_start: float = 0.0,
-                 pin_cores: bool = True, max_restarts: int = 5, start_timeout_s: float = 180.0):
+                 pin_cores: bool = True, max_restarts: int = 5, start_timeout_s: float = 180.0,
+                 gpu_jobs: dict[str, set[str]] | None = None):
         self.topology = topology
         self.specs = {j.name: j for j in jobs.jobs}
         self.devices = dict(devices)  # logical GPU -> device
@@ -121,6 +122,7 @@ class LocalBackend:
         self.max_restarts = max_restarts
         self.start_timeout_s = start_timeout_s
         self.blocks = {j.name: (j.workload, seed * 1000 + i) for i, j in enumerate(jobs.jobs)}
+        self.gpu_jobs = {g: set(js) for g, js in (gpu_jobs or {}).items()}  # built before a worker is ready
         self.synced = {j: self.offsets.get(j, 0) - 1 for j in self.specs}  # real iteration of the last sync
         self.clock_start = clock_start
         self.t0 = time.monotonic() - clock_start
@@ -188,7 +190,7 @@ class LocalBackend:
     def _spawn(self, wid: int, gpu: str, device: str, incarnation: int) -> _Worker:
         host, port = "127.0.0.1", self.store.port
         cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, (host, port), str(self.root), self.blocks,
-                           self.pin_cores)
+                           self.pin_cores, tuple(sorted(self.gpu_jobs.get(gpu, ()))))
         parent, child = self.ctx.Pipe()
         sync_child, sync_parent = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child), name=f"weave-worker-{wid}",

@@ -66,8 +66,14 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
         result.wall_s = time.perf_counter() - wall
         return result
     gpus = sorted({g for grp in todo.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
+    gpu_jobs: dict[str, set[str]] = {}
+    for grp in todo.groups:
+        for jp in grp.jobs:
+            for slot in jp.phases:
+                for g in slot.gpus:
+                    gpu_jobs.setdefault(g, set()).add(jp.name)
     backend = LocalBackend(topology, jobs, {g: devices[g] for g in gpus}, out, seed=seed, threads=threads,
-                           offsets=offsets, clock_start=past.last_t, pin_cores=pin_cores)
+                           offsets=offsets, clock_start=past.last_t, pin_cores=pin_cores, gpu_jobs=gpu_jobs)
     backend.on_metric.append(journal.metric)
     try:
         backend.start()

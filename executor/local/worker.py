@@ -41,6 +41,7 @@ class WorkerConfig:
     root: str  # the run's output folder (samples, checkpoints)
     jobs: dict[str, tuple[dict | None, int]]  # job -> (workload block, seed)
     pin_core: bool = True
+    prebuild: tuple[str, ...] = ()  # jobs this GPU serves: their Workloads are built before Ready (cold start)
 
 
 def checkpoint_path(root: Path, job: str, kind: str, k: int) -> Path:
@@ -105,6 +106,8 @@ class Worker:
         permit latency is one pipe hop); a listener thread takes syncs from the second pipe."""
         from executor.local import messages as m
 
+        for job in self.cfg.prebuild:  # imports and model skeletons: the cold start, not a warm switch
+            self._workload(job)
         threading.Thread(target=self._sync_listener, name="sync-listener", daemon=True).start()
         self.send(m.Ready(self.cfg.wid, self.cfg.incarnation, os.getpid(), self.cfg.device))
         while True:
