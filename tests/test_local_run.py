@@ -244,3 +244,37 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, case):
     assert main(["run", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1, err
+
+
+def test_data_parallel_train_and_sharded_rollout(tmp_path):
+    """One job, rollout on two GPUs (two shards), train on two (gloo all-reduce), four logical GPUs
+    sharing this machine's devices round-robin; the library call behind weave run."""
+    from executor.local.devices import map_devices
+    from executor.local.run import run_plan_local
+    from planner.plan import plan_from_data
+    from profiles.jobs import jobs_from_data
+    from topology.topology import topology_from_data
+
+    topo = topology_from_data({"name": "dp", "clusters": [{"name": "local", "gpu_type": "CPU", "nodes": 2,
+                                                           "gpus_per_node": 2, "host_mem_gb": 16}]})
+    phase = {"gpus": 2, "gpu_type": "CPU", "duration_s": 1.0, "host_mem_gb": 0.1}
+    jobs = jobs_from_data({"jobs": [{"name": "A", "params_b": 0.0001, "rollout": phase, "train": phase,
+                                     "workload": {"kind": "bandit", "batch": 30, "hidden": 32}}]}, "<test>")
+    r, t = ["local-000:0", "local-000:1"], ["local-001:0", "local-001:1"]
+    plan = plan_from_data({"version": 1, "policy": "solo", "quantile": 0.95, "topology": "dp", "cost_usd_per_hour": 0.2,
+                           "solver": {"name": "hand", "status": "FEASIBLE", "wall_s": 0.0},
+                           "groups": [{"name": "g0", "cycle_s": 2.1, "nodes": ["local-000", "local-001"], "jobs": [
+                               {"name": "A", "solo_iteration_s": 2.1, "iteration_s": 2.1, "phases": [
+                                   {"phase": "rollout", "start_s": 0.0, "duration_s": 1.0, "gpus": r, "gpu_type": "CPU"},
+                                   {"phase": "train", "start_s": 1.0, "duration_s": 1.0, "gpus": t, "gpu_type": "CPU"},
+                                   {"phase": "sync", "start_s": 2.0, "duration_s": 0.1, "gpus": r}]}]}]})
+    res = run_plan_local(plan, topo, jobs, tmp_path, iterations=2, devices=map_devices(r + t, None, ["cpu:0", "cpu:1"]))
+    rows = {row["iteration"]: row for row in res.job_rows}
+    assert [rows[k]["samples"] for k in (0, 1)] == [30, 30]  # two shards of 15
+    assert [rows[k]["trained_samples"] for k in (0, 1)] == [30, 30]  # two ranks of 15
+    assert [rows[k]["ledger"] for k in (0, 1)] == [30, 60] and rows[1]["ledger_unique"] == 60
+    assert sorted((tmp_path / "samples" / "A" / "1").glob("shard-*.pt")) == \
+        [tmp_path / "samples" / "A" / "1" / f"shard-{i}.pt" for i in (0, 1)]
+    ck = torch.load(tmp_path / "checkpoints" / "A" / "train-1.pt", weights_only=False)
+    policy = torch.load(tmp_path / "checkpoints" / "A" / "policy-1.pt", weights_only=False)
+    assert torch.equal(ck["state"]["w1"], policy["w1"]) and float(ck["state"]["step"]) == 2
