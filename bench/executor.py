@@ -221,6 +221,9 @@ def section_cd(tmp: Path, iterations: int, options: dict) -> None:
     (tmp / "bench-local.yaml").write_text(BENCH_TOPOLOGY)
     topo = load_topology(tmp / "bench-local.yaml")
     rollout_s, train_s = calibrate(options)
+    # Balance the phases as in Weave's micro-benchmark (a): train epochs so that train ~ rollout.
+    options = {**options, "epochs": max(1, round(options["epochs"] * rollout_s / train_s))}
+    rollout_s, train_s = calibrate(options)
     block = "{" + ", ".join(f"{k}: {v}" for k, v in {"kind": "bandit", **options}.items()) + "}"
     batch = int(options["batch"])
     print(f"\nc. miniature micro-benchmark (a): two identical jobs, rollout {rollout_s:.3f} s, train {train_s:.3f} s "

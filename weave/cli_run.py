@@ -9,7 +9,6 @@ at the end of ``weave/cli.py``.
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -82,15 +81,26 @@ def run(
         inputs = {"plan": str((out / "plan.yaml").resolve()), "jobs": str((out / "jobs.yaml").resolve()),
                   "topology": topo_ref, "iterations": iterations, "map": device_map, "seed": seed,
                   "threads": threads}
+    from executor.local.backend import WorkerError
     from executor.local.run import run_plan_local
 
     progress, bar = _progress(not as_json, iterations * len(plan.jobs))
     try:
         result = run_plan_local(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
                                 threads=threads, resume=resume is not None, inputs=inputs, progress=progress)
+    except WorkerError as exc:  # a workload bug, not a crash a restart explains: no controller traceback
+        if bar is not None:
+            bar.stop()
+            bar = None
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"the journal in {out} keeps the completed iterations: weave run --resume {out}")
+        raise typer.Exit(1) from None
     finally:
         if bar is not None:
             bar.stop()
+    if result.controller is None:
+        console.print(f"every job had already finished its {iterations} iterations; {out} is unchanged")
+        return
     data = write_run_outputs(out, result, plots=not no_plots, inputs={
         "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
         "map": devices, "seed": seed, "resumed": result.resumed})
@@ -154,11 +164,6 @@ def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
 
     controller = result.controller
     out.mkdir(parents=True, exist_ok=True)
-    if controller is None:  # a resume with nothing left to run
-        data = {"iterations": 0, "note": "every job had already finished", "inputs": inputs}
-        (out / "metrics.json").write_text(json.dumps(data, indent=2))
-        _write_job_metrics(out / "job_metrics.csv", result.job_rows)
-        return data
     data = metrics(controller, wall_s=result.wall_s, events=len(controller.records))
     data["backend"] = "local"
     data["elastic"] = False
@@ -215,9 +220,6 @@ def _fmt(x, digits=3):
 
 
 def _summary(data: dict, result, out: Path) -> None:
-    if "per_job" not in data:
-        console.print(f"nothing left to run; wrote {out}")
-        return
     lat = data.get("permit_latency") or {}
     console.print(f"ran {data['iterations']} iterations of {data['jobs']} jobs in {data['wall_s']:.1f} s "
                   f"(run time {data['horizon_s']:.2f} s); permit latency p50 {_fmt(lat.get('p50_ms'), 2)} ms, "

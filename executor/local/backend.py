@@ -168,9 +168,12 @@ class LocalBackend:
                     raise WorkerError(f"worker for {w.gpu} ({w.device}) exited with code {w.proc.exitcode} "
                                       "while starting")
                 try:
-                    self._handle(w.conn.recv())
+                    msg = w.conn.recv()
                 except (EOFError, OSError):
-                    pass  # its sentinel says why
+                    continue  # its sentinel says why
+                if isinstance(msg, m.Failed):
+                    raise WorkerError(f"worker for {w.gpu} ({w.device}) could not start:\n{msg.error.strip()}")
+                self._handle(msg)
         self.t0 = time.monotonic() - self.clock_start
         self._write_workers()
 
@@ -479,6 +482,8 @@ class LocalBackend:
             run = ex.run
             lost.append(f"{run.job}/{run.phase}/{self._real(run.job, run.iteration)}")
             gang = ex.permitted and run.phase == "train"
+            if not gang and w.gpu in ex.results:
+                continue  # its rollout shard was done and reported (the samples are on disk)
             again = sorted(ex.warmed) if gang else [w.gpu]
             for g in again:  # a gang re-runs together; a rollout shard alone
                 ex.attempt[g] = ex.attempt.get(g, 0) + 1

@@ -106,8 +106,12 @@ class Worker:
         permit latency is one pipe hop); a listener thread takes syncs from the second pipe."""
         from executor.local import messages as m
 
-        for job in self.cfg.prebuild:  # imports and model skeletons: the cold start, not a warm switch
-            self._workload(job)
+        try:
+            for job in self.cfg.prebuild:  # imports and model skeletons: the cold start, not a warm switch
+                self._workload(job)
+        except Exception:  # noqa: BLE001  e.g. a bad workload option: the controller reports it
+            self.send(m.Failed(-1, 0, self.cfg.wid, traceback.format_exc(limit=4)))
+            os._exit(1)
         threading.Thread(target=self._sync_listener, name="sync-listener", daemon=True).start()
         self.send(m.Ready(self.cfg.wid, self.cfg.incarnation, os.getpid(), self.cfg.device))
         while True:
