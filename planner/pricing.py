@@ -268,29 +268,48 @@ class _Search:
         return better
 
     def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum) -> bool:
-        key, trains, tau, mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed, big, top_w = ctx
-        self.visited += 1
-        if self.visited % 2000 == 0 and time.perf_counter() > self.deadline:
-            return False
-        if self.stop_after is not None and len(self.found) >= self.stop_after:
-            return False
-        if len(group) >= 2 and fixed - gain + max(min_class, area_sum, big_sum) < self.threshold:
-            self._leaf(ctx, group)
-        room = self.b.k - len(group)
-        if room == 0:
-            return True
-        for i in range(start, len(cands)):
-            j = cands[i]
-            if busy + tau[j] > cap + TOL or mem + trains[j].host_mem_gb > mem_cap:
-                continue
-            g2, a2, c2, w2 = gain + self.value[j], area_sum + area[j], max(min_class, cheapest[j]), big_sum + big[j]
-            left = room - 1
-            bound = fixed - g2 + max(c2 - top_v[i + 1][left], a2 - top_u[i + 1][left], w2 - top_w[i + 1][left])
-            if bound >= self.threshold:
-                continue
-            if not self._dfs(ctx, group + [j], i + 1, busy + tau[j], mem + trains[j].host_mem_gb, g2, a2, c2, w2):
+        """Depth-first over the leader's candidates in order; False when time or the column quota
+        ran out. The hot loop of column generation: everything it reads is bound to locals once per
+        leader (a closure), which halves its time against attribute and tuple lookups per node."""
+        trains, tau, mem_cap, cap, cands, top_v, top_u, fixed, top_w = (
+            ctx.trains, ctx.tau, ctx.mem_cap, ctx.cap, ctx.cands, ctx.top_v, ctx.top_u, ctx.fixed, ctx.top_w)
+        area, cheapest, big, value = ctx.area, ctx.cheapest, ctx.big, self.value
+        threshold, stop_after, found, deadline, k = self.threshold, self.stop_after, self.found, self.deadline, self.b.k
+        n = len(cands)
+        limit = cap + TOL
+        tau_c = [tau[j] for j in cands]
+        mem_c = [trains[j].host_mem_gb for j in cands]
+        value_c = [value[j] for j in cands]
+        area_c = [area[j] for j in cands]
+        cheap_c = [cheapest[j] for j in cands]
+        big_c = [big[j] for j in cands]
+        leaf = self._leaf
+
+        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum) -> bool:
+            self.visited += 1
+            if self.visited % 2000 == 0 and time.perf_counter() > deadline:
                 return False
-        return True
+            if stop_after is not None and len(found) >= stop_after:
+                return False
+            if len(group) >= 2 and fixed - gain + max(min_class, area_sum, big_sum) < threshold:
+                leaf(ctx, group)
+            room = k - len(group)
+            if room == 0:
+                return True
+            left = room - 1
+            for i in range(start, n):
+                if busy + tau_c[i] > limit or mem + mem_c[i] > mem_cap:
+                    continue
+                g2, a2, w2 = gain + value_c[i], area_sum + area_c[i], big_sum + big_c[i]
+                c2 = min_class if min_class > cheap_c[i] else cheap_c[i]
+                v, u, w = top_v[i + 1][left], top_u[i + 1][left], top_w[i + 1][left]
+                if fixed - g2 + max(c2 - v, a2 - u, w2 - w) >= threshold:
+                    continue
+                if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2):
+                    return False
+            return True
+
+        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum)
 
     def _leaf(self, ctx, group: list[int]) -> None:
         """Exact cost of the group: best rollout options and classes under the candidate rules."""
@@ -342,38 +361,14 @@ class _Search:
         busy = [o.duration_s + o.switch_s for o in options]
         mem = [o.host_mem_gb for o in options]
         most = int(math.ceil((budget - EPS) / price)) - 1  # bins that still leave a negative rc
-        n = len(jobs)
         big = sum(1 for x in busy if x > cap / 2 + TOL)
         fewest = max(1, need, big)
         if fewest > most:
             return
-        # Fewest bins by dynamic programming over subsets (at most 2^k of them): exact and quick.
-        full = (1 << n) - 1
-        load = [0.0] * (full + 1)
-        memory = [0.0] * (full + 1)
-        size = [0] * (full + 1)
-        for mask in range(1, full + 1):
-            low = (mask & -mask).bit_length() - 1
-            rest = mask & (mask - 1)
-            load[mask], memory[mask], size[mask] = load[rest] + busy[low], memory[rest] + mem[low], size[rest] + 1
-        ok = [mask > 0 and memory[mask] <= node_mem and (size[mask] == 1 or load[mask] <= cap + TOL)
-              for mask in range(full + 1)]
-        best = [0] + [n + 1] * full
-        pick = [0] * (full + 1)
-        for mask in range(1, full + 1):
-            low = mask & -mask
-            sub = mask
-            while sub:  # every feasible bin holding the lowest member of ``mask``
-                if sub & low and ok[sub] and best[mask ^ sub] + 1 < best[mask]:
-                    best[mask], pick[mask] = best[mask ^ sub] + 1, sub
-                sub = (sub - 1) & mask
-        if best[full] > most:
+        bins, classes = _fewest_bins(busy, mem, cap, node_mem, fewest)
+        if bins > most:
             return
-        classes, mask = [], full
-        while mask:
-            classes.append([i for i in range(n) if pick[mask] >> i & 1])
-            mask ^= pick[mask]
-        self._record(ctx, jobs, options, classes, fixed + price * best[full] - gain)
+        self._record(ctx, jobs, options, classes, fixed + price * bins - gain)
 
     def _record(self, ctx, jobs, options, classes, rc) -> None:
         if rc < self.threshold:
@@ -394,6 +389,55 @@ class _Search:
                     fit = (cluster, max(o.nodes for o in chosen), layout)
             self._classes[key] = fit
         return self._classes[key]
+
+
+def _fewest_bins(busy: list[float], mem: list[float], cap: float, node_mem: float,
+                 at_least: int = 1) -> tuple[int, list[list[int]]]:
+    """Fewest bins of capacity ``cap`` (a bin of one member always fits its node's time) and node
+    memory ``node_mem`` for members of times ``busy`` and memory ``mem``; ``at_least`` is a known
+    lower bound. First fit decreasing when it meets that bound (the common case), else dynamic
+    programming over subsets (at most 2^k of them): exact either way. Returns the count and the
+    bins (member indices)."""
+    n = len(busy)
+    if any(m > node_mem for m in mem):
+        return n + 1, []  # no node holds that member's state: no packing at all
+    bins: list[list[int]] = []
+    room: list[tuple[float, float]] = []
+    for i in sorted(range(n), key=lambda i: -busy[i]):
+        for b, (t, m) in enumerate(room):
+            if t + busy[i] <= cap + TOL and m + mem[i] <= node_mem:
+                bins[b].append(i)
+                room[b] = (t + busy[i], m + mem[i])
+                break
+        else:
+            bins.append([i])
+            room.append((busy[i], mem[i]))
+    if len(bins) <= at_least:
+        return len(bins), [sorted(b) for b in bins]
+    full = (1 << n) - 1
+    load = [0.0] * (full + 1)
+    memory = [0.0] * (full + 1)
+    size = [0] * (full + 1)
+    for mask in range(1, full + 1):
+        low = (mask & -mask).bit_length() - 1
+        rest = mask & (mask - 1)
+        load[mask], memory[mask], size[mask] = load[rest] + busy[low], memory[rest] + mem[low], size[rest] + 1
+    ok = [mask > 0 and memory[mask] <= node_mem and (size[mask] == 1 or load[mask] <= cap + TOL)
+          for mask in range(full + 1)]
+    best = [0] + [n + 1] * full
+    pick = [0] * (full + 1)
+    for mask in range(1, full + 1):
+        low = mask & -mask
+        sub = mask
+        while sub:  # every feasible bin holding the lowest member of ``mask``
+            if sub & low and ok[sub] and best[mask ^ sub] + 1 < best[mask]:
+                best[mask], pick[mask] = best[mask ^ sub] + 1, sub
+            sub = (sub - 1) & mask
+    classes, mask = [], full
+    while mask:
+        classes.append([i for i in range(n) if pick[mask] >> i & 1])
+        mask ^= pick[mask]
+    return best[full], classes
 
 
 def _suffix_top(values: list[float], k: int) -> list[list[float]]:
