@@ -145,11 +145,14 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
 def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Folder for the example's files."),
          count: int = typer.Option(20, "--count", min=1, help="Jobs in the example workload."),
          seed: int = typer.Option(1, "--seed", help="Workload seed."),
-         time_limit: float = typer.Option(60.0, "--time-limit", min=0.1, help="Solver time limit, seconds.")) -> None:
-    """Run the embedded example end to end: topology, workload, plans by every policy, pictures."""
+         time_limit: float = typer.Option(60.0, "--time-limit", min=0.1, help="Solver time limit, seconds."),
+         real_iterations: int = typer.Option(20, "--real-iterations", min=0,
+                                             help="Iterations of the short real run on local workers (0: skip it).")) -> None:
+    """Run the embedded example end to end: topology, workload, plans by every policy, pictures, a
+    simulation, and a short real run of two GRPO jobs on local worker processes."""
     from weave.demo import run_demo
 
-    code = run_demo(out, console, jobs=count, seed=seed, time_limit_s=time_limit)
+    code = run_demo(out, console, jobs=count, seed=seed, time_limit_s=time_limit, real_iterations=real_iterations)
     if code:
         raise typer.Exit(code)
 
