@@ -38,8 +38,13 @@ def run(
     threads: int = typer.Option(1, "--threads", min=1, help="Torch threads per CPU worker."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG and HTML pictures."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="local (worker processes, the default) or ray "
+                                          "(Ray actors, one placement group per node)."),
+    address: Optional[str] = typer.Option(None, "--address", help="--backend ray: auto or HOST:PORT of a Ray "
+                                          "cluster's head (default: a private Ray instance for this run)."),
 ) -> None:
-    """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR."""
+    """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR.
+    With --backend ray [--address auto|HOST:PORT] the workers are Ray actors."""
     from executor.local.journal import Journal
 
     if resume is not None:
@@ -56,12 +61,17 @@ def run(
         device_map = saved.get("map")
         seed = int(saved.get("seed", 0))
         threads = int(saved.get("threads", 1))
+        backend = backend or saved.get("backend", "local")
+        address = address if address is not None else saved.get("address")
     if plan_file is None:
         raise InputError("<command line>", "PLAN", "required (or --resume DIR)")
     if jobs_file is None:
         raise InputError("<command line>", "--jobs", "required: the jobs' workloads are what the workers run")
     if out is None:
         raise InputError("<command line>", "--out", "required: the folder for records, checkpoints and the journal")
+    from executor.ray_backend.cluster import check_backend_options
+
+    backend = check_backend_options(backend or "local", address, device_map)
     plan, topo, jobs = load_inputs(plan_file, jobs_file, topology)
     from executor.local.devices import map_devices
 
@@ -81,12 +91,20 @@ def run(
         inputs = {"plan": str((out / "plan.yaml").resolve()), "jobs": str((out / "jobs.yaml").resolve()),
                   "topology": topo_ref, "iterations": iterations, "map": device_map, "seed": seed,
                   "threads": threads}
+    if inputs is not None:
+        inputs.update({"backend": backend, "address": address})
     from executor.local.backend import WorkerError
     from executor.local.run import run_plan_local
 
+    if backend == "ray":
+        from executor.ray_backend.run import runner
+
+        run_plan = runner(address)  # run_plan_local's call, on Ray actors
+    else:
+        run_plan = run_plan_local
     progress, bar = _progress(not as_json, iterations * len(plan.jobs))
     try:
-        result = run_plan_local(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
+        result = run_plan(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
                                 threads=threads, resume=resume is not None, inputs=inputs, progress=progress)
     except WorkerError as exc:  # a workload bug, not a crash a restart explains: no controller traceback
         if bar is not None:
@@ -101,6 +119,8 @@ def run(
     if result.controller is None:
         console.print(f"every job had already finished its {iterations} iterations; {out} is unchanged")
         return
+    if backend == "ray":
+        devices = dict(result.backend.devices)  # where the actors ran (ray_placement.json has the nodes)
     data = write_run_outputs(out, result, plots=not no_plots, inputs={
         "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
         "map": devices, "seed": seed, "resumed": result.resumed})
@@ -165,7 +185,7 @@ def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
     controller = result.controller
     out.mkdir(parents=True, exist_ok=True)
     data = metrics(controller, wall_s=result.wall_s, events=len(controller.records))
-    data["backend"] = "local"
+    data["backend"] = getattr(result.backend, "name", "local")
     data["elastic"] = False
     data["workers"] = result.events
     data["permit_latency"] = result.permit_latency

@@ -91,6 +91,8 @@ class _ActorRef:
 
 
 class RayBackend(LocalBackend):
+    name = "ray"  # metrics.json's backend
+
     def __init__(self, topology, jobs, gpus: Sequence[str], root: Path, *, devices: dict[str, str] | None = None,
                  **kwargs):
         super().__init__(topology, jobs, {g: (devices or {}).get(g, "") for g in gpus}, root, **kwargs)

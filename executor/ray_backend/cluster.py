@@ -103,3 +103,18 @@ def assign_devices(placements: list[NodePlacement], node_resources: dict[str, di
     for p in placements:
         p.devices = {g: out[g] for g in p.gpus}
     return out
+
+
+def check_backend_options(backend: str, address: str | None, device_map: str | None) -> str:
+    """``weave run``'s ``--backend`` / ``--address`` / ``--map`` checked together; returns the backend."""
+    if backend not in ("local", "ray"):
+        raise InputError("<command line>", "--backend", f"expected local or ray, got {backend!r}")
+    if backend == "local":
+        if address is not None:
+            raise InputError("<command line>", "--address", "only with --backend ray")
+        return backend
+    if device_map:
+        raise InputError("<command line>", "--map", "the ray backend assigns devices per Ray node "
+                         "(see ray_placement.json); leave --map out")
+    check_address(address)
+    return backend

@@ -74,3 +74,13 @@ def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, ite
             import ray
 
             ray.shutdown()
+
+
+def runner(address: str | None):
+    """``run_plan_local``'s call signature on Ray actors (what ``weave run --backend ray`` calls):
+    the local device map is not used, the Ray backend assigns devices per node."""
+
+    def run(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, devices=None, **kwargs) -> LocalResult:
+        return run_plan_ray(plan, topology, jobs, out, address=address, **kwargs)
+
+    return run
