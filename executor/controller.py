@@ -119,6 +119,7 @@ class Controller:
         self.on_iteration: list[Callable[[str, int, float], None]] = []
         self.on_job_finished: list[Callable[[str, float], None]] = []
         self.on_switch: list[Callable[[Plan], None]] = []
+        self.on_plan: list[Callable[[Plan], None]] = []  # a plan is asked for (before its groups drain)
         self.node_jobs: dict[str, set[str]] = {}  # node -> jobs whose group holds it (lending)
         self.rolling: dict[str, PhaseRun] = {}  # job -> its rollout that is computing
         self._switch_cache: dict[tuple[str, str, str], float] = {}
@@ -560,6 +561,8 @@ class Controller:
     def apply_plan(self, plan: Plan, *, delays: dict[str, float] | None = None, reason: str = "replan") -> None:
         """Switch to ``plan`` at the cycle boundary of each group it changes (see module doc)."""
         self.target = plan
+        for hook in self.on_plan:
+            hook(plan)
         if self.pending is not None:
             self.queued_plans.append((plan, dict(delays or {}), reason))
             return

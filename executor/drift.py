@@ -22,7 +22,9 @@ about 4%, so a 15% threshold is not crossed by noise alone.
 Replanning (``DriftReplanner``): refit the job's profile from its records since the drift showed
 (at most the last ``window`` iterations; ``profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
 controller switches to the new plan at the cycle boundary of the groups it changes, charging moved
-jobs ``migration_cost_s``. Every replan is logged: time, job, reason, $/h before and after, moved.
+jobs ``migration_cost_s`` (the planner's price of a move, and by default the delay before a moved job
+starts again; ``migration_delay_s`` sets the delay apart, e.g. 0 on real workers, where the move
+itself takes the time). Every replan is logged: time, job, reason, $/h before and after, moved.
 """
 
 from __future__ import annotations
@@ -177,11 +179,14 @@ class DriftReplanner:
 
     def __init__(self, controller: Controller, planner: ReplanPlanner | None, *, threshold: float = 0.15,
                  k: int = 3, alpha: float = 0.3, min_samples: int = 5, window: int = 10,
-                 migration_cost_s: float = 60.0, time_limit_s: float = 10.0, threads: int = 2):
+                 migration_cost_s: float = 60.0, time_limit_s: float = 10.0, threads: int = 2,
+                 migration_delay_s: float | None = None, records_file: str = "<simulation>"):
         self.controller = controller
         self.planner = planner
         self.window = window
         self.migration_cost_s = migration_cost_s
+        self.migration_delay_s = migration_cost_s if migration_delay_s is None else migration_delay_s
+        self.records_file = records_file
         self.time_limit_s = time_limit_s
         self.threads = threads
         self.detector = DriftDetector(self._expected, threshold, k, alpha, min_samples)
@@ -201,7 +206,8 @@ class DriftReplanner:
         if hit is None:
             return
         job, phase, ewma, since = hit
-        self.detections.append({"t": self.controller.now, "job": job, "phase": phase, "ewma": ewma})
+        self.detections.append({"t": self.controller.now, "job": job, "phase": phase, "ewma": ewma,
+                                "iteration": int(row["iteration"]), "since": since})
         if self.planner is not None and not self._busy:
             # Replan after the current event: the controller is in the middle of a callback.
             self._busy = True
@@ -218,7 +224,7 @@ class DriftReplanner:
         last = max(r["iteration"] for r in rows)
         first = max(since, last - self.window + 1)
         rows = [dict(r, duration_s=r["width_s"]) for r in rows if r["iteration"] >= first]
-        fitted = fit_jobs(pd.DataFrame(rows), JobSet(jobs=[c.specs[job]]), records_file="<simulation>",
+        fitted = fit_jobs(pd.DataFrame(rows), JobSet(jobs=[c.specs[job]]), records_file=self.records_file,
                           gpu_types=c.topology.gpu_types)[job]
         c.update_spec(fitted)
         self.detector.reset(job)
@@ -229,8 +235,30 @@ class DriftReplanner:
         moved = list(getattr(result, "moved", []))
         needed = max(self.detector.k, self.detector.min_samples)
         reason = f"{job} {phase} at {ewma:.2f}x of its profile for {needed} iterations"
-        self.log.append({"t": c.now, "job": job, "reason": reason,
+        unplaced = sorted(set(live.names) - set(result.plan.jobs))
+        if unplaced:
+            # Switching would stop a running job for good (e.g. the refit tightened another job's SLO
+            # on a topology with no room left): keep the plan in force, and the planner in step with it.
+            self._resync(live)
+            self.log.append({"t": c.now, "job": job, "phase": phase,
+                             "reason": f"{reason}; kept the plan in force (the new one leaves "
+                                       f"{', '.join(unplaced)} unplaced)",
+                             "usd_per_hour_before": before, "usd_per_hour_after": before, "moved": []})
+            return
+        self.log.append({"t": c.now, "job": job, "phase": phase, "reason": reason,
                          "usd_per_hour_before": getattr(result, "cost_before", before),
                          "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour),
                          "moved": moved})
-        c.apply_plan(result.plan, delays={m: self.migration_cost_s for m in moved}, reason=f"drift: {reason}")
+        c.apply_plan(result.plan, delays={m: self.migration_delay_s for m in moved}, reason=f"drift: {reason}")
+
+    def _resync(self, live: JobSet) -> None:
+        """Put the planner back on the controller's plan after a replan that was not applied."""
+        c, p = self.controller, self.planner
+        target = c.target
+        specs = JobSet(jobs=[c.specs[j] for j in target.jobs])
+        if hasattr(p, "groups") and hasattr(p, "link_budget"):  # planner.online.OnlinePlanner: rebuild in place
+            p.__init__(c.topology, specs, target, quantile=p.quantile, max_group_size=p.max_group_size,
+                       max_trials=p.max_trials, link_budget=p.link_budget)
+        elif hasattr(p, "live"):  # executor.trace.BaselinePlanner
+            p.plan = target
+            p.live = {j.name: j for j in live.jobs}

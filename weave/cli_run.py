@@ -42,6 +42,12 @@ def run(
                                           "(Ray actors, one placement group per node)."),
     address: Optional[str] = typer.Option(None, "--address", help="--backend ray: auto or HOST:PORT of a Ray "
                                           "cluster's head (default: a private Ray instance for this run)."),
+    replan: bool = typer.Option(True, "--replan/--no-replan",
+                                help="Detect drift on the measured phases, refit and replan (switch at a cycle boundary)."),
+    drift_threshold: float = typer.Option(0.15, "--drift-threshold", min=0.0,
+                                          help="Drift when |EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
+    migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
+                                         help="Seconds of its GPUs the planner charges a replan for moving a job."),
 ) -> None:
     """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR.
     With --backend ray [--address auto|HOST:PORT] the workers are Ray actors."""
@@ -63,6 +69,9 @@ def run(
         threads = int(saved.get("threads", 1))
         backend = backend or saved.get("backend", "local")
         address = address if address is not None else saved.get("address")
+        replan = bool(saved.get("replan", False))
+        drift_threshold = float(saved.get("drift_threshold", drift_threshold))
+        migration_cost = float(saved.get("migration_cost", migration_cost))
     if plan_file is None:
         raise InputError("<command line>", "PLAN", "required (or --resume DIR)")
     if jobs_file is None:
@@ -90,11 +99,12 @@ def run(
             topo_ref = str((out / "topology.yaml").resolve())
         inputs = {"plan": str((out / "plan.yaml").resolve()), "jobs": str((out / "jobs.yaml").resolve()),
                   "topology": topo_ref, "iterations": iterations, "map": device_map, "seed": seed,
-                  "threads": threads}
+                  "threads": threads, "replan": replan, "drift_threshold": drift_threshold,
+                  "migration_cost": migration_cost}
     if inputs is not None:
         inputs.update({"backend": backend, "address": address})
     from executor.local.backend import WorkerError
-    from executor.local.run import run_plan_local
+    from executor.local.run import DriftOptions, run_plan_local
 
     if backend == "ray":
         from executor.ray_backend.run import runner
@@ -105,7 +115,9 @@ def run(
     progress, bar = _progress(not as_json, iterations * len(plan.jobs))
     try:
         result = run_plan(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
-                                threads=threads, resume=resume is not None, inputs=inputs, progress=progress)
+                                threads=threads, resume=resume is not None, inputs=inputs, progress=progress,
+                                drift=DriftOptions(threshold=drift_threshold, migration_cost_s=migration_cost)
+                                if replan else None)
     except WorkerError as exc:  # a workload bug, not a crash a restart explains: no controller traceback
         if bar is not None:
             bar.stop()
@@ -123,7 +135,8 @@ def run(
         devices = dict(result.backend.devices)  # where the actors ran (ray_placement.json has the nodes)
     data = write_run_outputs(out, result, plots=not no_plots, inputs={
         "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
-        "map": devices, "seed": seed, "resumed": result.resumed})
+        "map": devices, "seed": seed, "resumed": result.resumed, "replan": replan,
+        "drift_threshold": drift_threshold if replan else None})
     if as_json:
         print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
         return
@@ -189,6 +202,8 @@ def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
     data["elastic"] = False
     data["workers"] = result.events
     data["permit_latency"] = result.permit_latency
+    data["replans"] = getattr(result, "replans", [])
+    data["drift_detections"] = getattr(result, "detections", [])
     data["inputs"] = inputs
     write_outputs(out, controller, data)
     _write_job_metrics(out / "job_metrics.csv", result.job_rows)
@@ -255,4 +270,7 @@ def _summary(data: dict, result, out: Path) -> None:
         rows.append([name, j["iterations"], _fmt(j["planned_iteration_s"]), _fmt(j["steady_iteration_s"]),
                      _fmt(j["iteration_s"]), _fmt(reward), _fmt(lr.get("loss"))])
     console.print(table("Jobs", ["job", "iters", "plan s", "steady s", "mean s", "last reward", "last loss"], rows))
+    for r in data.get("replans", []):
+        console.print(f"replan at {r['t']:,.1f} s: {r['reason']}; ${_fmt(r['usd_per_hour_before'])}/h -> "
+                      f"${_fmt(r['usd_per_hour_after'])}/h; moved {', '.join(r['moved']) or 'none'}", highlight=False)
     console.print(f"wrote records, metrics.json, job_metrics.csv and pictures to {out}")

@@ -20,6 +20,17 @@ restores the train state of the previous iteration from ``DIR/checkpoints``, so 
 samples are trained on exactly once), a weight sync on all its endpoints (a fresh trainer reads the
 policy checkpoint). The controller only sees a slower phase; other jobs carry on. Choice: not the
 controller's ``node_down`` path, which on the one-node ``local`` topology would restart every job.
+
+Plan switches (drift replanning): the controller drains the groups a new plan changes and installs
+the new timetables at their cycle boundary; the backend needs no notice of it. A job that moves
+gets its state on its new workers from what the old ones left: a train worker whose host copy is not
+the version asked for restores ``DIR/checkpoints/<job>/train-<k>.pt`` (state and ledger of consumed
+sample ids, written by rank 0 after every train phase, so nothing is lost or trained twice), a
+rollout worker loads the policy checkpoint of the job's latest sync; new gangs get new
+torch.distributed groups (a group's name lists its members). A GPU of the new plan that has no
+worker yet gets one when the plan is asked for (``prepare``) or on first use (``_wid``), on the
+least-loaded device of this run (``pick_device``); it serves its first job once its cold start is
+over (its commands wait in its pipe).
 """
 
 from __future__ import annotations
@@ -66,6 +77,20 @@ def worker_env():
                 os.environ[k] = v
 
 
+def pick_device(devices: dict[str, str], pool: Sequence[str] | None = None) -> str:
+    """The device of ``pool`` (default: those ``devices`` uses) with the fewest logical GPUs on it."""
+    pool = sorted(set(pool or devices.values()))
+    if not pool:
+        from executor.local.devices import available_devices
+
+        pool = available_devices()
+    load = {d: 0 for d in pool}
+    for d in devices.values():
+        if d in load:
+            load[d] += 1
+    return min(pool, key=lambda d: (load[d], pool.index(d)))
+
+
 class WorkerError(RuntimeError):
     """A worker failed in a way a restart does not explain (a bug in a workload, a missing file)."""
 
@@ -81,6 +106,7 @@ class _Worker:
     incarnation: int = 0
     ready: bool = False
     restarts: int = 0
+    late: bool = False  # spawned during the run (a GPU only a later plan uses)
 
 
 @dataclass(eq=False)
@@ -115,6 +141,7 @@ class LocalBackend:
         self.topology = topology
         self.specs = {j.name: j for j in jobs.jobs}
         self.devices = dict(devices)  # logical GPU -> device
+        self.device_pool = sorted(set(self.devices.values()))  # where GPUs of a later plan go
         self.root = Path(root)
         self.threads = threads
         self.offsets = dict(offsets or {})
@@ -243,7 +270,7 @@ class LocalBackend:
             raise NotImplementedError("the local backend runs without long-tail migration and lending")
         for g in gpus:
             ex.warmed.discard(g)
-            self._send(self.wid_of[g], m.Unwarm(ex.rid))
+            self._send(self._wid(g), m.Unwarm(ex.rid))
 
     def abort(self, run: PhaseRun | SyncRun) -> None:
         if isinstance(run, SyncRun):
@@ -256,11 +283,11 @@ class LocalBackend:
             return
         self.execs.pop(ex.rid, None)
         for g in ex.warmed:
-            self._send(self.wid_of[g], m.Unwarm(ex.rid))
+            self._send(self._wid(g), m.Unwarm(ex.rid))
 
     def start_sync(self, run: SyncRun) -> None:
-        sender = self.wid_of[run.train_gpus[0]]
-        receivers = sorted({self.wid_of[g] for g in run.rollout_gpus})
+        sender = self._wid(run.train_gpus[0], run.job)
+        receivers = sorted({self._wid(g, run.job) for g in run.rollout_gpus})
         members = [sender] + [r for r in receivers if r != sender]
         sx = _SyncExec(run, next(self._ids), self.now(), members, set(receivers))
         self.syncs[sx.sid] = sx
@@ -290,7 +317,45 @@ class LocalBackend:
                 pass  # its sentinel reports the death
         return True
 
+    def prepare(self, gpu_jobs: dict[str, set[str]]) -> None:
+        """Start a worker now for each GPU of ``gpu_jobs`` that has none (a plan was asked for: the cold
+        start overlaps the drain of the groups it changes), building the jobs it will serve."""
+        for g in sorted(gpu_jobs):
+            if g not in self.wid_of:
+                self.gpu_jobs.setdefault(g, set()).update(gpu_jobs[g])
+                self._wid(g)
+
+    def forget_stale(self, live: Sequence[PhaseRun]) -> None:
+        """Unwarm phases the controller dropped without a release (a plan switch's drained runs)."""
+        keep = set(map(id, live))
+        for run, ex in list(self.by_run.items()):
+            if ex.permitted or id(run) in keep:
+                continue
+            del self.by_run[run]
+            self.execs.pop(ex.rid, None)
+            for g in ex.warmed:
+                self._send(self._wid(g), m.Unwarm(ex.rid))
+
     # ----- sending ------------------------------------------------------------------------------
+    def _wid(self, gpu: str, job: str | None = None) -> int:
+        """The worker of ``gpu``; a GPU without one (a later plan's) gets one now, built for ``job``."""
+        wid = self.wid_of.get(gpu)
+        if wid is not None:
+            return wid
+        device = self.devices.get(gpu) or pick_device(self.devices, self.device_pool)
+        self.devices[gpu] = device
+        if job is not None:
+            self.gpu_jobs.setdefault(gpu, set()).add(job)
+        wid = len(self.workers)
+        self.wid_of[gpu] = wid
+        w = self._spawn(wid, gpu, device, 0)
+        w.late = True
+        self.workers.append(w)
+        self.events.append({"t": self.now(), "event": "worker_started", "gpu": gpu, "device": device,
+                            "pid": w.proc.pid, "jobs": sorted(self.gpu_jobs.get(gpu, ()))})
+        self._write_workers()
+        return wid
+
     def _exec(self, run: PhaseRun) -> _Exec:
         ex = self.by_run.get(run)
         if ex is None:
@@ -315,7 +380,7 @@ class LocalBackend:
 
     def _send_warm(self, ex: _Exec, g: str) -> None:
         run = ex.run
-        self._send(self.wid_of[g], m.Warm(ex.rid, ex.attempt[g], run.job, run.phase,
+        self._send(self._wid(g, run.job), m.Warm(ex.rid, ex.attempt[g], run.job, run.phase,
                                           self._real(run.job, run.iteration), self._version(run)))
 
     def _send_permit(self, ex: _Exec, g: str) -> None:
@@ -324,15 +389,18 @@ class LocalBackend:
         index = run.gpus.index(g)
         group, inputs = None, ()
         if run.phase == "train":
-            members = [self.workers[self.wid_of[x]] for x in run.gpus]
+            members = [self.workers[self._wid(x, run.job)] for x in run.gpus]
             name = f"train/{run.job}/" + ",".join(f"{w.wid}.{w.incarnation}" for w in members)
             group = m.Group(name, len(members), index)
             inputs = tuple(self.sample_paths.get((run.job, k), ()))
             if not inputs:
                 raise WorkerError(f"train {run.job} iteration {k}: no rollout samples")
-        self._send(self.wid_of[g], m.Permit(ex.rid, ex.attempt[g], run.job, run.phase, k, self._version(run),
-                                            shard=index, shards=len(run.gpus), inputs=inputs, group=group,
-                                            save=index == 0, sent=time.monotonic()))
+        wid = self._wid(g, run.job)
+        # A worker still in its cold start (a GPU a new plan brought in) would count its start-up as latency.
+        sent = time.monotonic() if self.workers[wid].ready else 0.0
+        self._send(wid, m.Permit(ex.rid, ex.attempt[g], run.job, run.phase, k, self._version(run),
+                                 shard=index, shards=len(run.gpus), inputs=inputs, group=group,
+                                 save=index == 0, sent=sent))
 
     def _send_sync(self, sx: _SyncExec) -> None:
         ws = [self.workers[w] for w in sx.members]
@@ -354,7 +422,7 @@ class LocalBackend:
             w = self.workers[msg.wid]
             if msg.incarnation == w.incarnation:
                 w.ready = True
-                if w.incarnation > 0:
+                if w.incarnation > 0 or w.late:
                     self.events.append({"t": self.now(), "event": "worker_up", "gpu": w.gpu, "pid": msg.pid,
                                         "incarnation": w.incarnation})
                     self._write_workers()
@@ -368,6 +436,9 @@ class LocalBackend:
                 self.permit_latency_s.append(msg.info["permit_latency_s"])
                 self.permit_latency_by_phase.setdefault(ex.run.phase, []).append(msg.info["permit_latency_s"])
             self._check_phase(ex)
+        elif isinstance(msg, m.Failed) and not msg.sync and msg.rid == -1:
+            w = self.workers[msg.wid]
+            raise WorkerError(f"worker for {w.gpu} ({w.device}) could not start:\n{msg.error.strip()}")
         elif isinstance(msg, m.Failed) and not msg.sync:
             ex = self.execs.get(msg.rid)
             g = self.workers[msg.wid].gpu

@@ -6,12 +6,19 @@ else); ``DIR/journal.jsonl`` gets one line per event, flushed as it happens:
 - ``{"kind": "record", "row": {...}}``: a finished phase (DESIGN 3.4 row, real iteration numbers);
 - ``{"kind": "iteration", "job", "iteration", "t"}``: an iteration completed (its weight sync done);
 - ``{"kind": "metric", "row": {...}}``: a job's reward and loss for one iteration;
-- ``{"kind": "event", ...}``: worker deaths and restarts.
+- ``{"kind": "event", ...}``: worker deaths and restarts;
+- ``{"kind": "detection", ...}``: a job's phase drifted past the threshold (drift detector);
+- ``{"kind": "replan", ...}``: a replan (time, job, reason, $/h before and after, jobs moved) and
+  ``{"kind": "profile", "job", "spec"}``: the job's profile refit from its records for it;
+- ``{"kind": "plan", "t", "reason", "plan"}``: a plan switch took effect (the plan in force from then
+  on; the plan of ``run.json`` until the first).
 
 Checkpoints (``DIR/checkpoints/<job>/train-<k>.pt`` with the consumed sample ids, and
 ``policy-<k>.pt``) and the samples in flight (``DIR/samples/<job>/<k>/shard-<i>.pt``) sit next to it.
 A resumed run restarts every job after its last completed iteration: the workers restore the
-checkpoint of that iteration and re-run the next rollout (deterministic: the same samples).
+checkpoint of that iteration and re-run the next rollout (deterministic: the same samples). It runs
+the plan in force when the controller died (the last ``plan`` entry) with the refit profiles (the
+last ``profile`` entry per job) as the drift detector's expectations, and keeps the replan log.
 """
 
 from __future__ import annotations
@@ -30,6 +37,11 @@ class JournalState:
     metrics: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     last_t: float = 0.0
+    plan: dict | None = None  # the plan in force (its data), None: the run's own plan
+    switches: int = 0
+    replans: list[dict] = field(default_factory=list)
+    detections: list[dict] = field(default_factory=list)
+    profiles: dict[str, dict] = field(default_factory=dict)  # job -> refit spec (jobs-file form)
 
 
 class Journal:
@@ -70,6 +82,15 @@ class Journal:
                 state.metrics.append(entry["row"])
             elif kind == "event":
                 state.events.append(entry)
+            elif kind == "plan":
+                state.plan = entry["plan"]
+                state.switches += 1
+            elif kind == "replan":
+                state.replans.append(entry["row"])
+            elif kind == "detection":
+                state.detections.append(entry["row"])
+            elif kind == "profile":
+                state.profiles[entry["job"]] = entry["spec"]
         # Rows of iterations that did not complete are re-run: keep only completed ones.
         state.records = [r for r in state.records if int(r["iteration"]) <= state.completed.get(r["job"], -1)]
         state.metrics = [r for r in state.metrics if int(r["iteration"]) <= state.completed.get(r["job"], -1)]
@@ -92,6 +113,18 @@ class Journal:
 
     def event(self, event: dict) -> None:
         self._write({"kind": "event", **event})
+
+    def plan(self, plan: dict, t: float, reason: str) -> None:
+        self._write({"kind": "plan", "t": t, "reason": reason, "plan": plan})
+
+    def replan(self, row: dict) -> None:
+        self._write({"kind": "replan", "row": row})
+
+    def detection(self, row: dict) -> None:
+        self._write({"kind": "detection", "row": row})
+
+    def profile(self, job: str, spec: dict) -> None:
+        self._write({"kind": "profile", "job": job, "spec": spec})
 
     def close(self) -> None:
         if self._file is not None:
