@@ -6,6 +6,10 @@ State per role (host dicts of CPU tensors, keys below; ``N`` = a ``named_paramet
   when ``kl_coef > 0``, the frozen reference ``ref.N``.
 Each role keeps a parameter-less model skeleton; a warm switch swaps tensors into it (``p.data``),
 so the optimizer, bound to the same Parameter objects, survives offloads.
+
+With ``engine: vllm`` the rollout role runs on a vLLM engine (``executor.rl.vllm_engine``), built at
+the first ``to_device`` and kept: ``to_host`` puts it to sleep and returns the host copy (which
+weight syncs keep current), ``to_device`` wakes it with the host copy's weights.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class GRPOWorkload(Workload):
         self._slots: dict[Role, _Slot] = {}
         self._layout_cache: dict[Role, dict[str, tuple[torch.Size, torch.dtype]]] = {}
         self._pending: dict[str, torch.Tensor] | None = None  # synced weights before any rollout state
+        self.rollout_engine: Any = None  # engine: vllm -> the VLLMRollout, once the rollout role first loads
 
     # -- problems ----------------------------------------------------------------------------------
     def problem(self, iteration: int, prompt: int) -> Problem:
@@ -167,6 +172,10 @@ class GRPOWorkload(Workload):
                 raise ValueError(f"grpo workload {self.job}: {role} state {key!r} is {tuple(state[key].shape)} "
                                  f"{state[key].dtype}, expected {tuple(shape)} {dtype}")
 
+        if role == "rollout" and self.opts.engine == "vllm":
+            self._engine_to_device(slot, state, device)
+            return
+
         def load(t: torch.Tensor) -> torch.Tensor:
             # On CPU the device copy is a clone: the host dict stays the untouched host copy.
             return t.clone() if device.type == "cpu" else t.to(device, non_blocking=t.is_pinned())
@@ -193,10 +202,33 @@ class GRPOWorkload(Workload):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def _engine_to_device(self, slot: _Slot, state: HostState, device: torch.device) -> None:
+        from executor.rl.vllm_engine import EngineShape, VLLMRollout
+
+        slot.host = state  # the one copy of the rollout weights: syncs land in it (_install)
+        if self._pending is not None:
+            self._install(slot, self._pending)
+            self._pending = None
+        weights = {n: state[f"policy.{n}"] for n in slot.names}
+        if self.rollout_engine is None:
+            width = len(self._prompt_tokens(self.problem(0, 0)))  # prompts of a task are fixed width
+            shape = EngineShape(self.opts.prompts_per_iteration * self.opts.group_size, width + self.max_new_tokens)
+            engine = VLLMRollout(build_model(self.opts, self.tokenizer, self.seed), shape, seed=self.seed)
+            engine.start(weights, device)
+            self.rollout_engine = engine
+        else:
+            self.rollout_engine.wake_up(weights)
+        slot.device = device
+
     def to_host(self, role: Role) -> HostState:
         role = self._check_role(role)
         slot = self._on_device(role)
         assert slot.device is not None
+        if role == "rollout" and self.rollout_engine is not None:
+            self.rollout_engine.sleep()
+            assert slot.host is not None
+            slot.device = None
+            return slot.host
         live = self._device_tensors(slot)
         if slot.device.type == "cpu":
             host = dict(live)  # the live tensors already are host memory, and ours alone
@@ -246,6 +278,14 @@ class GRPOWorkload(Workload):
             self._pending = {n: w.detach().to("cpu", copy=True) for n, w in weights.items()}
 
     def _install(self, slot: _Slot, weights: Mapping[str, torch.Tensor]) -> None:
+        if self.opts.engine == "vllm" and slot is self._slots.get("rollout"):
+            assert slot.host is not None
+            with torch.no_grad():  # the host copy, then the engine when awake
+                for n in slot.names:
+                    slot.host[f"policy.{n}"].copy_(weights[n])
+            if slot.device is not None:
+                self.rollout_engine.load_weights(weights)
+            return
         with torch.no_grad():
             if slot.device is not None:
                 params = dict(slot.policy.named_parameters())
@@ -275,7 +315,14 @@ class GRPOWorkload(Workload):
             noise.append(torch.rand((group, steps), generator=gen))
         n = len(rows)
         prompt_index = torch.tensor([p for p in prompts for _ in range(group)], dtype=torch.long)
-        if n:
+        if n and self.rollout_engine is not None:
+            prompt_ids, prompt_mask = left_pad(rows, self.tokenizer.pad_id)
+            out = self.rollout_engine.sample(
+                rows[::group], [mix_seed(self.seed, iteration, p, STREAM_SAMPLE) for p in prompts], group=group,
+                max_tokens=steps, temperature=self.opts.temperature, eos_id=self.tokenizer.eos_id,
+                pad_id=self.tokenizer.pad_id)
+            response_ids, response_mask, logprobs = out.response_ids, out.response_mask, out.logprobs
+        elif n:
             prompt_ids, prompt_mask = left_pad(rows, self.tokenizer.pad_id)
             dev = slot.device
             out = sample(slot.policy, prompt_ids.to(dev), prompt_mask.to(dev), torch.cat(noise).to(dev),

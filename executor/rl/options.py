@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from executor.rl.tasks import TASKS
 
 MODELS = ("tiny", "smollm2")
+ENGINES = ("torch", "vllm")
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class GRPOOptions:
     group_size: int = 8            # responses per prompt (GRPO group)
     max_new_tokens: int = 0        # 0: answer length + 1 (room for EOS)
     temperature: float = 1.0
+    engine: str = "torch"          # rollout engine: torch (KV-cache decoding here) | vllm (executor.rl.vllm_engine)
     # train
     lr: float = 3e-3
     clip: float = 0.2              # PPO ratio clip
@@ -59,6 +61,8 @@ class GRPOOptions:
             raise bad("task", f"must be one of {', '.join(TASKS)}")
         if self.model not in MODELS:
             raise bad("model", f"must be one of {', '.join(MODELS)}")
+        if self.engine not in ENGINES:
+            raise bad("engine", f"must be one of {', '.join(ENGINES)}")
         for key in ("digits", "hidden_size", "layers", "heads", "prompts_per_iteration", "group_size", "epochs"):
             if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")

