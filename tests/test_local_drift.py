@@ -7,12 +7,13 @@ machine's two cores. On the one-node ``local`` preset a replan cannot move anyth
 holds its only node), so the test uses ``duo``: the planner packs A and B on one node, and once B's
 train shows its real length it gives B a node of its own.
 
-Calibration: a first ``weave run --no-replan`` of both jobs with the same workload, refit by
-``weave profile fit``, gives profiles measured on these workers under this machine's load. Then B's
-workload trains ``EPOCHS_B / EPOCHS_A`` times the epochs while its jobs-file entry keeps the refit
-train time: the profile states about an eighth of what B's train really takes. The threshold (2.0:
-EWMA of measured / profile above 3x, which only a slowdown can reach) leaves room for two workers
-sharing a core (about 2x) and for other load on the machine."""
+Profiles: stated, not calibrated (this machine's speed swings several-fold with other load). A's
+profile is pessimistic (0.3 s rollout, 0.2 s train; the real phases take a few hundredths of a second
+unloaded): a job faster than its profile moves the EWMA below 1, which a threshold of 4 (measured
+above 5x the profile) never reaches, so A cannot drift. B's profile states a 0.05 s train; B's real
+workload trains ``EPOCHS_B`` epochs (about 0.8 s here unloaded, more under load): 15x or more.
+A's SLO of 1.1 lets B share A's node while B's train is short; once B's train takes more than about
+0.35 s, A's iteration in the shared group would break it, so the planner gives B a node of its own."""
 
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ two_devices = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not torch.
 
 WEAVE = [sys.executable, "-c", "import sys; from weave.cli import run; sys.argv[0] = 'weave'; run()"]
 BATCH = 32
-STEPS = 2000
-EPOCHS_A, EPOCHS_B = 100, 800
+STEPS = 1000
+EPOCHS_A, EPOCHS_B = 50, 1000
+TRAIN_B = 0.05  # what B's profile says its train takes
 ITERATIONS = 10
-THRESHOLD = 2.0
-PLAN_Q = ("--quantile", "0.5")  # plan on medians: four samples' p95 is mostly their worst outlier
+THRESHOLD = 4.0
 
 TOPOLOGY = """name: duo
 clusters:
@@ -54,33 +55,21 @@ def weave(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return proc
 
 
-def entry(name: str, epochs: int, rollout_s, train_s) -> dict:
-    return {"name": name, "params_b": 0.0001, "slo": 2.0,
+def entry(name: str, slo: float, rollout_s: float, train_s: float, epochs: int) -> dict:
+    return {"name": name, "params_b": 0.0001, "slo": slo,
             "rollout": {"gpus": 1, "gpu_type": "CPU", "duration_s": rollout_s, "host_mem_gb": 0.1},
             "train": {"gpus": 1, "gpu_type": "CPU", "duration_s": train_s, "host_mem_gb": 0.1},
             "workload": block(epochs)}
 
 
 def write_inputs(folder: Path) -> tuple[Path, Path, Path]:
-    """Topology, jobs (B's train misstated after a calibration run) and the optimal plan made from them."""
+    """Topology, jobs (B's train misstated) and the optimal plan made from them."""
     folder.mkdir(parents=True, exist_ok=True)
-    topo, guess, fitted = folder / "duo.yaml", folder / "guess.yaml", folder / "fitted.yaml"
+    topo, jobs, plan = folder / "duo.yaml", folder / "jobs.yaml", folder / "plan.yaml"
     topo.write_text(TOPOLOGY)
-    guess.write_text(yaml.safe_dump({"jobs": [entry(n, EPOCHS_A, 0.2, 0.2) for n in "AB"]}, sort_keys=False))
-    weave("plan", "-t", str(topo), "-j", str(guess), "-o", str(folder / "plan0.yaml"), "--time-limit", "20", *PLAN_Q)
-    weave("run", str(folder / "plan0.yaml"), "--jobs", str(guess), "--topology", str(topo), "--iterations", "5",
-          "--no-replan", "--no-plots", "--out", str(folder / "calibration"))
-    records = pd.read_parquet(folder / "calibration" / "records.parquet")
-    records[records.iteration >= 1].to_parquet(folder / "warm.parquet")  # the first iteration warms up
-    weave("profile", "fit", str(folder / "warm.parquet"), "--jobs", str(guess), "-o", str(fitted))
-    data = yaml.safe_load(fitted.read_text())
-    for job in data["jobs"]:
-        assert job["train"]["duration_s"] != 0.2  # refit from the measurements
-        if job["name"] == "B":
-            job["workload"]["epochs"] = EPOCHS_B  # the real job: its profile still says EPOCHS_A
-    jobs, plan = folder / "jobs.yaml", folder / "plan.yaml"
-    jobs.write_text(yaml.safe_dump(data, sort_keys=False))
-    weave("plan", "-t", str(topo), "-j", str(jobs), "-o", str(plan), "--time-limit", "20", *PLAN_Q)
+    jobs.write_text(yaml.safe_dump({"jobs": [entry("A", 1.1, 0.3, 0.2, EPOCHS_A),
+                                             entry("B", 5.0, 0.15, TRAIN_B, EPOCHS_B)]}, sort_keys=False))
+    weave("plan", "-t", str(topo), "-j", str(jobs), "-o", str(plan), "--time-limit", "20")
     return topo, jobs, plan
 
 
@@ -96,8 +85,7 @@ def nodes_of(plan: dict, job: str) -> set[str]:
 @two_devices
 def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     topo, jobs, plan_file = write_inputs(tmp_path / "in")
-    train_s = yaml.safe_load(jobs.read_text())["jobs"][1]["train"]["duration_s"]
-    train_s = train_s["p50"] if isinstance(train_s, dict) else float(train_s)
+    train_s = TRAIN_B
     plan = yaml.safe_load(plan_file.read_text())
     # The misstated profile packs both jobs on one node: the cheapest plan that meets every SLO.
     assert len(plan["groups"]) == 1 and plan["cost_usd_per_hour"] == pytest.approx(0.1)
@@ -110,14 +98,12 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)
 
-    # B drifted (its train, unless noise on its rollout crosses the threshold first: the refit covers
-    # both phases); it was detected after the detector's minimum of 5 iterations. (A may drift too
-    # once B's new workers share its cores: a refit, legitimately, but not what moves B.)
+    # B's train drifted; it was detected after the detector's minimum of 5 iterations.
     data = json.loads((out / "metrics.json").read_text())
     detections = data["drift_detections"]
     print("detections:", [(d["job"], d["phase"], d["iteration"], round(d["ewma"], 2)) for d in detections])
     first = detections[0]
-    assert first["job"] == "B", detections
+    assert (first["job"], first["phase"]) == ("B", "train"), detections
     assert first["iteration"] >= 4 and first["ewma"] > 1 + THRESHOLD
 
     # Its replan through the planner gives B a node of its own: the plan's $/h doubles.
@@ -125,7 +111,7 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     assert len(replans) == len(data["replans"]) >= 1
     r = replans.iloc[0]
     print("replans:", replans.to_dict("records"))
-    assert r.job == "B" and r.reason.startswith(f"B {first['phase']} at")
+    assert r.job == "B" and r.phase == "train" and r.reason.startswith("B train at")
     assert r.usd_per_hour_before == pytest.approx(0.1) and r.usd_per_hour_after == pytest.approx(0.2)
     assert r.moved in ("A", "B") and data["replans"][0]["moved"] == [r.moved]
     assert r.switch_t >= r.t
@@ -144,7 +130,7 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     profiles = [e for e in entries if e["kind"] == "profile"]
     assert [e["job"] for e in profiles] == list(replans.job)
     refit = profiles[0]["spec"]["train"]["duration_s"]
-    assert (refit["p50"] if isinstance(refit, dict) else refit) > 3 * train_s  # B's real train time
+    assert (refit["p50"] if isinstance(refit, dict) else refit) > (1 + THRESHOLD) * train_s  # B's real train time
 
     # Every iteration of both jobs ran exactly once.
     frame = pd.read_csv(out / "records.csv")
@@ -154,9 +140,10 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     # started after it; after it the moved job runs on its new node, in its new group.
     t = r.switch_t
     t_next = plans[1]["t"] if len(plans) > 1 else float("inf")  # a later replan's switch
-    end = frame.start_s + frame.duration_s
-    assert ((end <= t + 1e-6) | (frame.start_s >= t - 1e-6)).all()
-    before, after = frame[frame.start_s < t], frame[(frame.start_s >= t) & (frame.start_s < t_next)]
+    # (The switch event is stamped just after the new plan's first permits went out: 10 ms of slack.)
+    before = frame[frame.start_s < t - 0.01]
+    after = frame[(frame.start_s >= t - 0.01) & (frame.start_s < t_next)]
+    assert (before.start_s + before.duration_s).max() <= min(t, after.start_s.min()) + 1e-6
     assert len(after[after.job == r.moved]) >= 3, "the moved job should run some iterations after the switch"
     assert set(before.nodes) == {"local-000"}
     moved_after = after[(after.job == r.moved) & (after.phase != "sync")]
@@ -166,7 +153,7 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     assert set(after.group[after.job == "B"]) == {group_of["B"]}
     # The new plan's timetable is in force: B's iterations are as long as its real train.
     b_after = after[(after.job == "B") & (after.phase == "train")]
-    assert b_after.planned_s.min() > 3 * train_s
+    assert b_after.planned_s.min() > (1 + THRESHOLD) * train_s
     # The moved job's workers on the new node were started for it.
     started = [e for e in data["workers"] if e.get("event") == "worker_started"]
     assert {e["gpu"].rpartition(":")[0] for e in started} == {new_node}
@@ -215,3 +202,76 @@ def test_a_replan_that_leaves_a_running_job_unplaced_is_not_applied():
     assert not [e for e in r.controller.events if e["event"] == "switch"]
     assert all(st.finished for st in r.controller.state.values())
     assert set(holder["r"].planner.plan.jobs) == {"A", "B"}  # the planner is back on the plan in force
+
+
+class _ControllerDied(Exception):
+    pass
+
+
+@two_devices
+def test_resume_after_a_plan_switch_runs_the_plan_in_force(tmp_path):
+    """A switch moves B to the other node; the controller dies two iterations later; ``--resume``
+    (the library call) runs the journaled plan in force, not the run's first plan, restoring every
+    job from its checkpoint: all iterations complete, every sample trained on exactly once."""
+    from executor.local.devices import map_devices
+    from executor.local.run import run_plan_local
+    from planner.api import make_plan
+    from planner.online import replan
+    from profiles.jobs import JobSet, JobSpec
+    from topology.topology import topology_from_data
+
+    topo = topology_from_data(yaml.safe_load(TOPOLOGY))
+    small = {"kind": "bandit", "batch": BATCH, "hidden": 32, "steps": 4, "epochs": 1}
+    spec = lambda name, train=0.2: JobSpec(  # noqa: E731
+        name=name, params_b=0.0001, slo=2.0, workload=small,
+        rollout={"gpus": 1, "gpu_type": "CPU", "duration_s": 0.2, "host_mem_gb": 0.1},
+        train={"gpus": 1, "gpu_type": "CPU", "duration_s": train, "host_mem_gb": 0.1})
+    jobs = JobSet(jobs=[spec("A"), spec("B")])
+    first = make_plan(topo, jobs, policy="optimal", time_limit_s=10, threads=2)
+    assert len(first.groups) == 1
+    # The plan a replan gives once B's train is known to take 1.6 s: B on a node of its own.
+    second = replan(first, JobSet(jobs=[spec("A"), spec("B", 1.6)]), topo, migration_cost_s=0.0).plan
+    b_node = {g.rpartition(":")[0] for s in second.jobs["B"][1].phases for g in s.gpus}
+    a_node = {g.rpartition(":")[0] for s in second.jobs["A"][1].phases for g in s.gpus}
+    assert len(b_node) == len(a_node) == 1 and b_node != a_node
+    n = 8
+    out = tmp_path / "run"
+    devices = map_devices([g for grp in first.groups for jp in grp.jobs for s in jp.phases for g in s.gpus], None,
+                          ["cpu:0", "cpu:1"])
+    switched = {}
+
+    def setup(controller, backend):
+        def on_iteration(job, k, t):
+            if job == "B" and k == 1 and not switched:
+                switched["t"] = t
+                controller.apply_plan(second, reason="test: move B")
+            if switched and job == "B" and k == 4:
+                raise _ControllerDied()
+
+        controller.on_iteration.append(on_iteration)
+
+    with pytest.raises(_ControllerDied):
+        run_plan_local(first, topo, jobs, out, iterations=n, devices=devices, setup=setup)
+    entries = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    plans = [e for e in entries if e["kind"] == "plan"]
+    assert len(plans) == 1 and plans[0]["reason"] == "test: move B"
+    done_b = max(e["iteration"] for e in entries if e["kind"] == "iteration" and e["job"] == "B")
+    assert done_b == 4
+
+    res = run_plan_local(first, topo, jobs, out, iterations=n, devices=devices, resume=True)
+    assert res.switches == 1 and res.resumed["B"] == 5
+    in_force = res.controller.plan.jobs  # A may have finished before the controller died
+    assert {g.rpartition(":")[0] for s in in_force["B"][1].phases for g in s.gpus} == b_node
+    assert in_force["B"][0].cycle_s == second.jobs["B"][0].cycle_s
+    frame = pd.DataFrame(res.records)
+    counts = frame.groupby(["job", "iteration", "phase"]).size()
+    assert len(counts) == 2 * n * 3 and (counts == 1).all()
+    b = frame[(frame.job == "B") & (frame.phase != "sync")]
+    assert set(b[b.iteration >= 2].nodes) == b_node and set(b[b.iteration < 1].nodes) == {"local-000"}
+    for job in ("A", "B"):
+        ck = torch.load(out / "checkpoints" / job / f"train-{n - 1}.pt", weights_only=False)
+        assert sorted(ck["ledger"]) == expected_ids(job, n)
+        assert float(ck["state"]["step"]) == n
+    rows = [r for r in res.job_rows if "ledger" in r]
+    assert sorted((r["job"], r["iteration"]) for r in rows) == [(j, k) for j in "AB" for k in range(n)]
+    assert all(r["ledger"] == (r["iteration"] + 1) * BATCH == r["ledger_unique"] for r in rows)

@@ -42,10 +42,10 @@ def run(
                                           "(Ray actors, one placement group per node)."),
     address: Optional[str] = typer.Option(None, "--address", help="--backend ray: auto or HOST:PORT of a Ray "
                                           "cluster's head (default: a private Ray instance for this run)."),
-    replan: bool = typer.Option(True, "--replan/--no-replan",
-                                help="Detect drift on the measured phases, refit and replan (switch at a cycle boundary)."),
-    drift_threshold: float = typer.Option(0.15, "--drift-threshold", min=0.0,
-                                          help="Drift when |EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
+    replan: bool = typer.Option(True, "--replan/--no-replan", help="Detect drift on the measured phases, "
+                                "refit and replan (switch at a cycle boundary)."),
+    drift_threshold: float = typer.Option(0.15, "--drift-threshold", min=0.0, help="Drift when "
+                                          "|EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
                                          help="Seconds of its GPUs the planner charges a replan for moving a job."),
 ) -> None:
