@@ -145,7 +145,8 @@ def test_bad_backend_options_exit_2_with_one_line(tmp_path, capsys, case):
     base = [str(plan), "--jobs", str(jobs), "--out", str(tmp_path / "run")]
     args, needle = {
         "format": (["--backend", "ray", "--address", "head-node"], "--address: expected auto or HOST:PORT"),
-        "refused": (["--backend", "ray", "--address", "127.0.0.1:1"], "--address: no Ray cluster reachable at 127.0.0.1:1"),
+        "refused": (["--backend", "ray", "--address", "127.0.0.1:1"],
+                    "--address: no Ray cluster reachable at 127.0.0.1:1"),
         "client": (["--backend", "ray", "--address", "ray://head:10001"], "--address: Ray client addresses"),
         "local-backend": (["--address", "auto"], "--address: only with --backend ray"),
         "map": (["--backend", "ray", "--map", "local-000:0=cpu:0"], "--map: the ray backend assigns devices"),

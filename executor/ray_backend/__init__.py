@@ -6,6 +6,21 @@ Ray actor), ``backend`` (``RayBackend``, the Backend protocol: the local backend
 fault handling over actor calls), ``run`` (``run_plan_ray``, the library call behind
 ``weave run --backend ray``).
 
-Nothing here imports ray at package import time except ``actor``, ``backend`` and ``run``; the CLI
-imports them only for ``--backend ray``.
+Notes:
+
+- Transport choice: weights (sync) and gradients (data-parallel all-reduce) go over torch.distributed
+  gloo between the actors, exactly as between local workers (``executor.local.comm``; NCCL for train
+  groups on CUDA), not through Ray's object store: one tested code path for both backends, the
+  trainer sends straight to the rollout actors (no copy into and out of plasma, no driver hop), and
+  a sync lands in a rollout actor's host cache while it computes another job's phase. The
+  rendezvous store is a TCPStore in the driver. Control messages and results are Ray actor calls.
+- Multi-node needs: the run folder (``--out``: rollout shards, checkpoints) on a filesystem every
+  node mounts at the same path (each actor checks a token file at start and fails clearly
+  otherwise); weave installed in the same Python environment on every node; gloo reachable between
+  nodes (``GLOO_SOCKET_IFNAME`` when the default interface is wrong). Clock offsets between the
+  driver's node and the others are measured at start and applied to every reported time.
+- ``run_plan_ray`` runs ``run_plan_local``'s loop with the backend class swapped; a
+  ``backend_factory`` parameter on ``run_plan_local`` would make that swap a plain argument.
+
+Only ``actor``, ``backend`` and ``run`` import ray; the CLI imports them for ``--backend ray`` only.
 """

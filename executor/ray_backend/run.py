@@ -6,7 +6,7 @@ with a ``RayBackend`` in place of the ``LocalBackend``: the local run builds its
 the module name ``LocalBackend``, which is pointed at a ``RayBackend`` factory for the duration of
 the call (under a lock; nothing else changes). Choice: one run loop for both backends, so whatever
 the local run learns (replanning, resume) the Ray run has too; the cleaner spelling is a
-``backend_factory`` parameter of ``run_plan_local``, see the package notes.
+``backend_factory`` parameter of ``run_plan_local`` (package notes).
 
 Ray is joined or started by ``cluster.connect`` before anything is written, unless this process is
 already a Ray driver (then it is left as it is, e.g. a test's ``ray.init``); a Ray instance this call
