@@ -105,8 +105,8 @@ def test_ray_run_outputs_placement_and_ray_kill(cluster, tmp_path):
     workers = {w["gpu"]: w for w in json.loads((out / "workers.json").read_text())}
     assert workers["local-000:0"]["incarnation"] == 1 and workers["local-000:1"]["incarnation"] == 0
     assert all(w["pid"] and w["bundle"] == i for i, w in enumerate(workers.values()))
-    # Nothing of the run is left on the cluster.
-    assert ray.available_resources().get("CPU") == 2
+    # Nothing of the run is left on the cluster (actors killed, placement group removed).
+    wait_for(lambda: ray.available_resources().get("CPU") == 2, 15)
 
 
 def test_cli_joins_cluster_and_survives_sigkill(cluster, tmp_path):
