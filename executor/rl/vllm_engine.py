@@ -64,6 +64,7 @@ import math
 import os
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -149,6 +150,7 @@ class VLLMRollout:
                                  f"(hidden_size / heads; supported: {sizes}); e.g. hidden_size 64 with heads 2")
         self.native_sleep = bool(current_platform.is_sleep_mode_available())
         self._dir = tempfile.mkdtemp(prefix="weave-vllm-")
+        self._rm_dir = weakref.finalize(self, shutil.rmtree, self._dir, True)  # also at interpreter exit
         with torch.no_grad():
             params = dict(self._skeleton.named_parameters())
             for name, t in weights.items():
@@ -186,14 +188,10 @@ class VLLMRollout:
             del engine
             gc.collect()
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._rm_dir()
             self._dir = None
         self.awake = False
         self._freed = []
-
-    def __del__(self) -> None:  # noqa: D105
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
 
     def _ready(self) -> Any:
         if self.llm is None or not self.awake:
