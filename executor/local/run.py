@@ -91,9 +91,12 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
                    devices: dict[str, str], seed: int = 0, threads: int = 1, resume: bool = False,
                    inputs: dict | None = None, progress: Progress | None = None, pin_cores: bool = True,
                    setup: Callable[[Controller, LocalBackend], None] | None = None,
-                   drift: DriftOptions | None = None) -> LocalResult:
+                   drift: DriftOptions | None = None,
+                   backend_factory: Callable[..., LocalBackend] | None = None) -> LocalResult:
     """Every placed job runs ``iterations`` iterations on real workers; ``resume`` continues from DIR's journal
-    (on the plan in force then); ``drift`` detects drift on the measurements and replans (module doc)."""
+    (on the plan in force then); ``drift`` detects drift on the measurements and replans (module doc).
+    ``backend_factory`` builds the backend in place of ``LocalBackend`` (same arguments): the Ray
+    backend runs through this very loop (journal, resume, drift) with its actors."""
     out = Path(out)
     journal = Journal(out)
     past = journal.read() if resume else JournalState()
@@ -125,7 +128,7 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
     for g in gpus:  # a GPU only the plan in force (after a replan) uses
         if g not in mapped:
             mapped[g] = pick_device(mapped, sorted(set(devices.values())) or None)
-    backend = LocalBackend(topology, jobs, mapped, out, seed=seed, threads=threads,
+    backend = (backend_factory or LocalBackend)(topology, jobs, mapped, out, seed=seed, threads=threads,
                            offsets=offsets, clock_start=past.last_t, pin_cores=pin_cores, gpu_jobs=gpu_jobs)
     backend.on_metric.append(journal.metric)
     try:

@@ -2,11 +2,8 @@
 
 It is ``executor.local.run.run_plan_local`` (journal, ``--resume``, the shared controller with the
 elastic rules off, drift detection and replanning, the same hooks and the same ``LocalResult``)
-with a ``RayBackend`` in place of the ``LocalBackend``: the local run builds its backend through
-the module name ``LocalBackend``, which is pointed at a ``RayBackend`` factory for the duration of
-the call (under a lock; nothing else changes). Choice: one run loop for both backends, so whatever
-the local run learns (replanning, resume) the Ray run has too; the cleaner spelling is a
-``backend_factory`` parameter of ``run_plan_local`` (package notes).
+with a ``RayBackend`` in place of the ``LocalBackend`` (its ``backend_factory``). Choice: one run
+loop for both backends, so whatever the local run learns (replanning, resume) the Ray run has too.
 
 Ray is joined or started by ``cluster.connect`` before anything is written, unless this process is
 already a Ray driver (then it is left as it is, e.g. a test's ``ray.init``); a Ray instance this call
@@ -15,30 +12,13 @@ started is shut down at the end.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from pathlib import Path
 
 from executor.local.run import LocalResult
 from planner.plan import Plan
 from profiles.jobs import JobSet
 from topology.topology import Topology
-
-_SWAP = threading.Lock()
-
-
-@contextlib.contextmanager
-def _backend_factory(factory):
-    import executor.local.run as local_run
-
-    with _SWAP:
-        saved = local_run.LocalBackend
-        local_run.LocalBackend = factory
-        try:
-            yield
-        finally:
-            local_run.LocalBackend = saved
 
 
 def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, iterations: int,
@@ -65,10 +45,9 @@ def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, ite
                           start_timeout_s=start_timeout_s, **kw)
 
     try:
-        with _backend_factory(factory):
-            # The local run reads devices only to size its map; the Ray backend assigns them per node.
-            return run_plan_local(plan, topology, jobs, Path(out), iterations=iterations,
-                                  devices={g: "ray" for g in gpus}, **kwargs)
+        # The local run reads devices only to size its map; the Ray backend assigns them per node.
+        return run_plan_local(plan, topology, jobs, Path(out), iterations=iterations,
+                              devices={g: "ray" for g in gpus}, backend_factory=factory, **kwargs)
     finally:
         if owned:
             import ray
