@@ -35,6 +35,8 @@ change in any backend. Metric families (all prefixed ``weave_``):
   ``admit``), labelled by the reason's first word (``drift``, ``admit``, ``release``, ``re-optimize``,
   ``replan``) to keep the label set small.
 - ``weave_worker_restarts_total{job}`` counter: iterations restarted after a fault.
+- ``weave_worker_deaths_total{gpu}`` counter: worker processes (actors) of a real-worker backend that
+  died and were restarted (``weave run --metrics-port``).
 - ``weave_node_failures_total{node}`` counter and ``weave_iterations_total{job}`` counter.
 - ``weave_sim_time_seconds`` gauge: the controller's clock (simulated or wall time of the backend).
 
@@ -117,6 +119,10 @@ class ControllerMonitor:
         self.restarts = Counter("weave_worker_restarts", "Iterations restarted after a fault.", ["job"], registry=r)
         self.failures = Counter("weave_node_failures", "Nodes that went down.", ["node"], registry=r)
         self.iterations = Counter("weave_iterations", "Completed iterations (sync done).", ["job"], registry=r)
+        self.worker_deaths = Counter("weave_worker_deaths", "Worker processes (or actors) that died and were "
+                                     "restarted by a real-worker backend.", ["gpu"], registry=r)
+        self._worker_events: list[dict] | None = None  # a real backend's event list (follow_worker_events)
+        self._worker_seen = 0
         self.clock_s = Gauge("weave_sim_time_seconds", "The controller's clock.", registry=r)
         self._hooks = [(controller.on_phase, self._on_phase), (controller.on_iteration, self._on_iteration),
                        (controller.on_job_finished, self._on_finished)]
@@ -144,6 +150,12 @@ class ControllerMonitor:
             if fn in hooks:
                 hooks.remove(fn)
 
+    def follow_worker_events(self, events: list[dict]) -> None:
+        """Also count the worker deaths in a real backend's event list (``LocalBackend.events``): the
+        local and Ray backends restart a dead worker themselves, below the controller."""
+        with self._lock:
+            self._worker_events, self._worker_seen = events, 0
+
     # ----- incremental reads ----------------------------------------------------------------------
     def poll(self) -> None:
         """Account for records and events appended since the last call (any thread)."""
@@ -155,6 +167,12 @@ class ControllerMonitor:
             self._events += len(events)
             for row in rows:
                 self._record(row)
+            if self._worker_events is not None:
+                fresh = self._worker_events[self._worker_seen:]
+                self._worker_seen += len(fresh)
+                for e in fresh:
+                    if e.get("event") == "worker_died":
+                        self.worker_deaths.labels(str(e.get("gpu", ""))).inc()
             for e in events:
                 kind = e.get("event")
                 if kind in PLAN_EVENTS:
@@ -262,6 +280,8 @@ def metrics_setup(port: int, setup: Setup | None = None, *, addr: str = "127.0.0
         except OSError as exc:  # port taken, address not local: the user's to fix, one line
             raise InputError("<command line>", "--metrics-port", f"cannot serve on {addr}:{port}: "
                              f"{exc.strerror or exc}") from None
+        if isinstance(getattr(backend, "events", None), list):  # a real-worker backend's log
+            server.monitor.follow_worker_events(backend.events)
         if servers is not None:
             servers.append(server)
         if announce is not None:

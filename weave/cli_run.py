@@ -48,6 +48,8 @@ def run(
                                           "|EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
                                          help="Seconds of its GPUs the planner charges a replan for moving a job."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
+                                               help="Serve Prometheus metrics on 127.0.0.1:PORT during the run."),
 ) -> None:
     """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR.
     With --backend ray [--address auto|HOST:PORT] the workers are Ray actors."""
@@ -106,6 +108,13 @@ def run(
     from executor.local.backend import WorkerError
     from executor.local.run import DriftOptions, run_plan_local
 
+    setup = None
+    if metrics_port is not None:
+        from executor.monitoring import metrics_setup
+
+        setup = metrics_setup(metrics_port, announce=lambda url: err_console.print(f"metrics on {url}",
+                                                                                   highlight=False))
+
     if backend == "ray":
         from executor.ray_backend.run import runner
 
@@ -116,6 +125,7 @@ def run(
     try:
         result = run_plan(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
                                 threads=threads, resume=resume is not None, inputs=inputs, progress=progress,
+                                setup=setup,
                                 drift=DriftOptions(threshold=drift_threshold, migration_cost_s=migration_cost)
                                 if replan else None)
     except WorkerError as exc:  # a workload bug, not a crash a restart explains: no controller traceback
