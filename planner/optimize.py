@@ -48,6 +48,7 @@ ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
 SMALL_MASTER = 3_000
+MASTER_SHARE = 0.75  # the integer master ends by this share of the time limit; the timetables take the rest
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
@@ -185,7 +186,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         # The LP bound is already known: the master need not prove much, it must leave time for
         # the timetables.
         master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
-                               time_limit_s=max(min(1.0, left / 3), started + 0.8 * time_limit_s - time.perf_counter()),
+                               time_limit_s=max(min(1.0, left / 3), started + MASTER_SHARE * time_limit_s - time.perf_counter()),
                                threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
         if master.objective is None and hint is not None:  # no solution in time: the best known plan
@@ -395,7 +396,7 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         state = LpState(value, pi, mu, lp.values())
         # Diving on the whole LP (warm re-solves) finds integer plans close to the LP optimum.
         # Fixing a few disjoint columns per round (one per 25 jobs) keeps large LPs within the time.
-        state.dive = lp.dive(time.perf_counter() + dive_s, per=max(1 + len(lp.columns) // 8000, len(job_ids) // 25))
+        state.dive = lp.dive(time.perf_counter() + dive_s, per=max(1 + len(lp.columns) // 8000, len(job_ids) // 60))
         say(f"LP dive: {'out of time' if state.dive is None else 'done'}")
     return (best if best > -math.inf else None), state
 
