@@ -165,16 +165,16 @@ def write_outputs(out: Path, controller: Controller, data: dict) -> list[Path]:
     paths = [out / "records.parquet", out / "records.csv", out / "metrics.json"]
     write_records(frame, paths[0])
     write_records(frame, paths[1])
-    paths[2].write_text(json.dumps(_clean(data), indent=2, default=str))
+    paths[2].write_text(json.dumps(json_safe(data), indent=2, default=str))
     return paths
 
 
-def _clean(value):
+def json_safe(value):
     """NaN and infinities are not JSON: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value

@@ -8,13 +8,7 @@ from executor.workload import build_workload
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model runs fastest on one thread, and a loaded 2-core box makes 2 threads ~10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def no_reduce(tensors):  # one worker: the all-reduce is the identity

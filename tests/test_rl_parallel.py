@@ -10,13 +10,7 @@ from executor.rl import GRPOWorkload, concat_samples
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model runs fastest on one thread, and a loaded 2-core box makes 2 threads ~10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make(opts=None, seed=7, roles=("rollout", "train")):

@@ -9,12 +9,7 @@ CPU = torch.device("cpu")
 OPTS = {"group_size": 4, "prompts_per_iteration": 2}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def no_reduce(tensors):

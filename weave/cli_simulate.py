@@ -255,9 +255,9 @@ def _progress(enabled: bool):
 
 
 def _json_safe(data):
-    from executor.outputs import _clean
+    from executor.outputs import json_safe
 
-    return _clean(data)
+    return json_safe(data)
 
 
 def _fmt(x, digits=2):

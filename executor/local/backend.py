@@ -294,14 +294,21 @@ class LocalBackend:
         self.by_sync[run] = sx
         self._send_sync(sx)
 
+    def _wait_budget(self) -> float | None:
+        """Seconds ``step`` may wait for a report (up to 1 s, less before the next timer), or None
+        when nothing can report: the controller waits for nothing."""
+        if not (any(ex.permitted for ex in self.execs.values()) or self.syncs or self.timers):
+            return None
+        if self.timers:
+            return max(0.0, min(1.0, self.timers[0][0] - self.now()))
+        return 1.0
+
     def step(self) -> bool:
         if self._fire_timers():
             return True
-        if not (any(ex.permitted for ex in self.execs.values()) or self.syncs or self.timers):
-            return False  # nothing can report: the controller waits for nothing
-        timeout = 1.0
-        if self.timers:
-            timeout = max(0.0, min(timeout, self.timers[0][0] - self.now()))
+        timeout = self._wait_budget()
+        if timeout is None:
+            return False
         objs = [w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers]
         for obj in wait(objs, timeout):
             w = self._worker_of(obj)

@@ -24,10 +24,11 @@ last ``profile`` entry per job) as the drift detector's expectations, and keeps 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from executor.outputs import json_safe
 
 
 @dataclass
@@ -99,7 +100,7 @@ class Journal:
     def _write(self, entry: dict) -> None:
         if self._file is None:
             self._file = self.path.open("a")
-        self._file.write(json.dumps(_clean(entry)) + "\n")
+        self._file.write(json.dumps(json_safe(entry)) + "\n")
         self._file.flush()
 
     def record(self, row: dict) -> None:
@@ -131,12 +132,3 @@ class Journal:
             self._file.close()
             self._file = None
 
-
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value

@@ -317,11 +317,9 @@ class RayBackend(LocalBackend):
     def step(self) -> bool:
         if self._fire_timers():
             return True
-        if not (any(ex.permitted for ex in self.execs.values()) or self.syncs or self.timers):
-            return False  # nothing can report: the controller waits for nothing
-        timeout = 1.0
-        if self.timers:
-            timeout = max(0.0, min(timeout, self.timers[0][0] - self.now()))
+        timeout = self._wait_budget()
+        if timeout is None:
+            return False
         refs = list(self.pending)
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
         if ready:
