@@ -12,7 +12,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 
@@ -20,7 +19,7 @@ from weave.cli import main
 
 ray = pytest.importorskip("ray")
 
-from test_local_run import BATCH, WEAVE, expected_ids, journal, wait_for, write_inputs  # noqa: E402
+from test_local_run import WEAVE, check_exactly_once, journal, wait_for, write_inputs  # noqa: E402
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not torch.cuda.is_available(),
                                 reason="the local topology needs two devices")
@@ -44,20 +43,6 @@ def _inputs(folder: Path, **kw):
 
     plan, jobs = write_inputs(folder, **kw)
     return (plan, jobs), load_inputs(plan, jobs, None)
-
-
-def _check_exactly_once(out: Path, n: int, job_rows: list[dict] | None = None) -> None:
-    frame = pd.read_csv(out / "records.csv") if (out / "records.csv").exists() else None
-    if frame is not None:
-        counts = frame.groupby(["job", "iteration", "phase"]).size()
-        assert len(counts) == 2 * n * 3 and (counts == 1).all()
-    for job in ("A", "B"):
-        ck = torch.load(out / "checkpoints" / job / f"train-{n - 1}.pt", weights_only=False)
-        assert ck["iteration"] == n - 1
-        assert sorted(ck["ledger"]) == expected_ids(job, n)  # none lost, none trained on twice
-    rows = pd.DataFrame(job_rows) if job_rows is not None else pd.read_csv(out / "job_metrics.csv")
-    assert sorted(zip(rows.job, rows.iteration)) == [(j, k) for j in "AB" for k in range(n)]
-    assert (rows.ledger == (rows.iteration + 1) * BATCH).all() and (rows.ledger_unique == rows.ledger).all()
 
 
 def test_ray_run_outputs_placement_and_ray_kill(cluster, tmp_path):
@@ -95,7 +80,7 @@ def test_ray_run_outputs_placement_and_ray_kill(cluster, tmp_path):
     names = {p.name for p in out.iterdir()}
     assert {"records.parquet", "records.csv", "metrics.json", "job_metrics.csv", "gantt-g0.png", "timeline-g0.html",
             "utilization.png", "journal.jsonl", "run.json", "workers.json", "ray_placement.json"} <= names
-    _check_exactly_once(out, n, res.job_rows)
+    check_exactly_once(out, n, res.job_rows)
     placement = json.loads((out / "ray_placement.json").read_text())
     assert placement["strategy"] == "STRICT_PACK" and len(placement["nodes"]) == 1
     node = placement["nodes"][0]
@@ -136,7 +121,7 @@ def test_cli_joins_cluster_and_survives_sigkill(cluster, tmp_path):
     data = json.loads((out / "metrics.json").read_text())
     assert data["backend"] == "ray" and data["iterations"] == 2 * n
     assert json.loads((out / "run.json").read_text())["backend"] == "ray"
-    _check_exactly_once(out, n)
+    check_exactly_once(out, n)
 
 
 @pytest.mark.parametrize("case", ["format", "refused", "client", "local-backend", "map", "backend"])

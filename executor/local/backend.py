@@ -309,6 +309,12 @@ class LocalBackend:
         timeout = self._wait_budget()
         if timeout is None:
             return False
+        self._receive(timeout)
+        return True
+
+    def _receive(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for worker messages and deaths, and handle what came (the
+        transport: the Ray backend overrides this)."""
         objs = [w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers]
         for obj in wait(objs, timeout):
             w = self._worker_of(obj)
@@ -322,7 +328,6 @@ class LocalBackend:
                     self._handle(w.conn.recv())
             except (EOFError, OSError):
                 pass  # its sentinel reports the death
-        return True
 
     def prepare(self, gpu_jobs: dict[str, set[str]]) -> None:
         """Start a worker now for each GPU of ``gpu_jobs`` that has none (a plan was asked for: the cold

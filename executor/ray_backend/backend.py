@@ -314,12 +314,7 @@ class RayBackend(LocalBackend):
             w.seq += 1
         self._track(ref, w)
 
-    def step(self) -> bool:
-        if self._fire_timers():
-            return True
-        timeout = self._wait_budget()
-        if timeout is None:
-            return False
+    def _receive(self, timeout: float) -> None:
         refs = list(self.pending)
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
         if ready:
@@ -340,7 +335,6 @@ class RayBackend(LocalBackend):
                 continue  # an answer from a dead incarnation's last moments: its re-run replaces it
             for msg in msgs:
                 self._handle(self._to_driver_clock(w, msg))
-        return True
 
     def _to_driver_clock(self, w: _ActorRef, msg):
         if w.offset and isinstance(msg, (m.Done, m.SyncDone)):
