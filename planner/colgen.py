@@ -104,7 +104,7 @@ class LpMaster:
     def values(self) -> list[float]:
         return [v.solution_value() for v in self.vars]
 
-    def dive(self, deadline: float, per: int = 1) -> list[int] | None:
+    def dive(self, deadline: float, per: int = 1, price=None) -> list[int] | None:
         """Round the LP by diving: fix the columns at one and the largest fractional one, solve
         again (warm), until the solution is integral. Up to ``per`` fractional columns are fixed at a
         time, pairwise disjoint and within the node counts, so the fixings stay feasible. Returns the chosen columns, or None when time ran out. Leaves the
@@ -118,6 +118,22 @@ class LpMaster:
                 return [i for i, v in enumerate(x) if v > 0.5]
             fixed = [i for i, v in enumerate(x) if v >= 1 - 1e-6]
             taken = {j for i in fixed for j in self.columns[i].jobs}
+            if price is not None:
+                for _ in range(3):
+                    _, pi, mu = self.solve()
+                    fresh = price(pi, mu, taken)
+                    if not fresh:
+                        break
+                    for column in fresh:
+                        self.add(column)
+                if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
+                    return None
+                x = self.values()
+                fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
+                if not fractional:
+                    return [i for i, v in enumerate(x) if v > 0.5]
+                fixed = [i for i, v in enumerate(x) if v >= 1 - 1e-6]
+                taken = {j for i in fixed for j in self.columns[i].jobs}
             nodes: dict[str, int] = {}
             for i in fixed:
                 for c, n in self.columns[i].nodes:
@@ -165,63 +181,67 @@ def price_greedy(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, 
                 keys.setdefault((t.gpu_type, t.cluster, t.gpus), []).append(j)
     for key, members in keys.items():
         trains = {j: next(t for t in builder.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in members}
+        # Per member, once per key: its train load and its rollout options with their loops.
+        info = {j: (trains[j].duration_s + trains[j].switch_s, trains[j].host_mem_gb,
+                    [(o, builder.loop_s(j, trains[j], o), o.duration_s + o.switch_s) for o in builder.rollout_opts[j]])
+                for j in members}
         members.sort(key=lambda j: -value[j])
         for seed in members[:seeds]:
             for first in builder.rollout_opts[seed]:
-                _grow_greedy(builder, key, trains, members, value, node_price, seed, first, found)
+                _grow_greedy(builder, key, trains, info, members, value, node_price, seed, first, found)
     ranked = sorted(found.values(), key=lambda item: item[0])
     return [cand for _, cand in ranked[:max_columns]]
 
 
-def _grow_greedy(builder, key, trains, pool, value, node_price, seed, first, found) -> None:
+def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, first, found) -> None:
     topo = builder.topo
     train_cluster = key[1]
     train_mem_cap = topo.clusters[train_cluster].host_mem_gb
-    if builder.loop_s(seed, trains[seed], first) > builder.cap[seed] + 1e-9:
+    caps = builder.cap
+    if builder.loop_s(seed, trains[seed], first) > caps[seed] + 1e-9:
         return
     group, rollouts = [seed], [first]
     classes = [_Class(first.cluster, first.nodes, [0], [first.duration_s + first.switch_s], first.host_mem_gb)]
-    cap = builder.cap[seed]
+    cap = caps[seed]
     max_loop = builder.loop_s(seed, trains[seed], first)  # every member's loop must fit the group's cap
-    train_busy = trains[seed].duration_s + trains[seed].switch_s
-    train_mem = trains[seed].host_mem_gb
+    train_busy, train_mem = info[seed][0], info[seed][1]
     fixed = node_price[train_cluster] * trains[seed].nodes
     rollout_cost = node_price[first.cluster] * first.nodes
     gain = value[seed]
     while len(group) < builder.k:
         best = None
+        # Classes shared by two members or more must keep within the (possibly smaller) new cap.
+        shared = max((sum(c.busy) for c in classes if len(c.members) > 1), default=0.0)
         for j in pool:
             if j in group:
                 continue
-            new_cap = min(cap, builder.cap[j])
-            t = trains[j]
-            if max_loop > new_cap + 1e-9 or train_busy + t.duration_s + t.switch_s > new_cap + 1e-9 or train_mem + t.host_mem_gb > train_mem_cap:
+            new_cap = min(cap, caps[j])
+            limit = new_cap + 1e-9
+            tau, mem, options = info[j]
+            if max_loop > limit or train_busy + tau > limit or train_mem + mem > train_mem_cap or shared > limit:
                 continue
-            if any(sum(c.busy) > new_cap + 1e-9 for c in classes if len(c.members) > 1):
-                continue
-            for o in builder.rollout_opts[j]:
-                if builder.loop_s(j, t, o) > new_cap + 1e-9:
+            for o, loop, busy_o in options:
+                if loop > limit:
                     continue
                 # Join the first class it fits in (no added nodes), else open a class.
                 target, added = None, node_price[o.cluster] * o.nodes
                 for ci, c in enumerate(classes):
                     if c.cluster != o.cluster or c.width != o.nodes:
                         continue
-                    busy = sum(c.busy) + o.duration_s + o.switch_s
-                    if busy <= new_cap + 1e-9 and c.mem + o.host_mem_gb <= topo.clusters[o.cluster].host_mem_gb:
+                    if sum(c.busy) + busy_o <= limit and c.mem + o.host_mem_gb <= topo.clusters[o.cluster].host_mem_gb:
                         target, added = ci, 0.0
                         break
                 score = value[j] - added
                 if best is None or score > best[0]:
-                    best = (score, j, o, target, new_cap, builder.loop_s(j, t, o))
+                    best = (score, j, o, target, new_cap, loop)
         if best is None or best[0] <= EPS:
             return
         _, j, o, target, cap, loop = best
         max_loop = max(max_loop, loop)
         group.append(j)
         rollouts.append(o)
-        train_busy += trains[j].duration_s + trains[j].switch_s
-        train_mem += trains[j].host_mem_gb
+        train_busy += info[j][0]
+        train_mem += info[j][1]
         gain += value[j]
         if target is None:
             classes.append(_Class(o.cluster, o.nodes, [len(group) - 1], [o.duration_s + o.switch_s], o.host_mem_gb))

@@ -120,7 +120,7 @@ class CandidateBuilder:
         self.budget = budget  # most candidates to enumerate before giving up (EnumerationBudget)
         self.deadline = deadline  # time.perf_counter() value
         self.reserve: dict[tuple[int, ...], list[Candidate]] = {}
-        self._loops: dict[tuple, float] = {}
+        self._loops: dict[tuple, tuple] = {}
         self.topo = model.topology
         self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
         self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}
@@ -130,12 +130,15 @@ class CandidateBuilder:
 
     def loop_s(self, j: int, train: PhaseOption, rollout: PhaseOption) -> float:
         """Job ``j``'s own loop (rollout, train, sync) per cycle on these options (cached: pricing asks often)."""
-        key = (j, train, rollout)
-        if key not in self._loops:
+        # Keyed by identity: hashing the option dataclasses was a third of the pricing time. The
+        # cache holds the options themselves, so their ids stay unique while their entries live.
+        key = (j, id(train), id(rollout))
+        hit = self._loops.get(key)
+        if hit is None:
             job = self.jobs[j]
             total = rollout.duration_s + train.duration_s + sync_estimate(self.model, job, train, rollout)
-            self._loops[key] = total / (1 + job.max_staleness)
-        return self._loops[key]
+            hit = self._loops[key] = (train, rollout, total / (1 + job.max_staleness))
+        return hit[2]
 
     def build(self) -> list[Candidate]:
         out: list[Candidate] = []
@@ -317,6 +320,46 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
                    + t.duration_s * t.gpus * topo.gpu_types[t.gpu_type].usd_per_hour) / cap
             best = min(best, usd)
         total += best if best < math.inf else 0.0
+    return total
+
+
+def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size: int) -> float:
+    """A bin-packing bound, tighter than the work bound when phases are long against their caps.
+
+    Each node of a plan hosts the phases of one group only, every phase once per cycle and the cycle
+    within each member's cap ``slo * solo``, so on a node the shares ``x_j = duration_j / cap_j`` sum
+    to at most one, and at most ``max_group_size`` jobs use it. For any dual feasible function ``f``
+    (``sum x <= 1`` implies ``sum f(x) <= 1``) and ``lam`` in [0, 1], the charge
+    ``lam / k + (1 - lam) f(x_j)`` per node a job uses therefore sums to at most one per node: the
+    plan costs at least the sum over jobs of their cheapest charge in $/h. ``f`` ranges over
+    Martello and Toth's ``U^eps`` (1 above 1 - eps, 0 below eps, x between) and Fekete and
+    Schepers' ``u^(q)``. Valid only when no node can host both kinds of phase (rollout and training
+    options on disjoint clusters); otherwise 0."""
+    jobs = model.jobs.jobs
+    topo = model.topology
+    options = {kind: {j: phase_options(model, jobs[j], kind) for j in job_ids} for kind in ("rollout", "train")}
+    clusters = {kind: {o.cluster for opts in by_job.values() for o in opts} for kind, by_job in options.items()}
+    if not job_ids or clusters["rollout"] & clusters["train"]:
+        return 0.0
+    price = {c.name: c.gpus_per_node * topo.gpu_types[c.gpu_type].usd_per_hour for c in topo.clusters.values()}
+    functions = [lambda x, e=e / 100: 1.0 if x > 1 - e else (x if x >= e else 0.0) for e in range(0, 51)]
+    functions += [lambda x, q=q: x if abs((q + 1) * x - round((q + 1) * x)) < 1e-12 else math.floor((q + 1) * x) / q
+                  for q in range(1, 11)]
+    total = 0.0
+    for kind, by_job in options.items():
+        items = []
+        for j, opts in by_job.items():
+            cap = jobs[j].slo * model.solo[jobs[j].name]
+            if opts:
+                items.append([(price[o.cluster] * o.nodes, min(1.0, max(0.0, (o.duration_s - 1e-3) / cap)))
+                              for o in opts])
+        best = 0.0
+        for f in functions:
+            shares = [[(usd, f(x)) for usd, x in opts] for opts in items]
+            for lam in (0.0, 0.25, 0.5, 0.75, 1.0):
+                value = sum(min(usd * (lam / max_group_size + (1 - lam) * fx) for usd, fx in opts) for opts in shares)
+                best = max(best, value)
+        total += best
     return total
 
 

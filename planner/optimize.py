@@ -16,14 +16,21 @@
 Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`` and the gap):
 - complete enumeration: the better of the integer master's own bound and the LP relaxation's (a
   master of more than 3,000 columns is then solved by CBC like a column-generation master);
-- otherwise: column generation's Lagrangian bound (equal to the LP optimum once the exact pricing
-  proves that no column improves);
-- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``.
+- otherwise: column generation's Lagrangian bound at its last complete pricing (LP value plus the
+  per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
+  pricing proves that no column improves);
+- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)`` nor the packing
+  bound (nodes as bins, dual feasible functions: planner/optimal.py).
 With rejections the bound is on plans that place as many jobs.
 
-Time: enumeration <= 10 %, column generation <= 60 % of the limit, the integer master up to 80 %
-(CBC may overrun its limit by a second or two while it stops), the timetables the rest; when no plan is verified in time, ``NoPlanInTime`` (the API falls back to
-the weave policy).
+Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
+left after every round, so the columns that complete a partial plan exist when they are needed;
+that plan is the hint of the integer master.
+
+Time: enumeration <= 10 %, column generation <= 60 % of the limit, the dive <= 15 %, the integer
+master up to 88 % (CBC may overrun its limit by a second while it stops), the timetables the rest
+(most settle at their lower bound in milliseconds); when no plan is verified in time,
+``NoPlanInTime`` (the API falls back to the weave policy).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, 
 from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
 from planner.model import PlanningModel
 from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
-                             work_lower_bound)
+                             packing_lower_bound, work_lower_bound)
 from planner.pricing import PricingPool, price_exact
 from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 
@@ -48,7 +55,7 @@ ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
 SMALL_MASTER = 3_000
-MASTER_SHARE = 0.75  # the integer master ends by this share of the time limit; the timetables take the rest
+MASTER_SHARE = 0.88  # the integer master ends by this share of the time limit; the timetables take the rest
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
@@ -234,7 +241,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if repaired is None or _worse(repaired, heuristic):
             bound = None
             if lagrangian is not None and not (heuristic.rejected or charge):  # same jobs placed: comparable
-                bound = max(lagrangian, work_lower_bound(model, job_ids))
+                bound = max(lagrangian, _simple_bound(model, job_ids, max_group_size))
             raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic, bound)
         groups = repaired.groups
         names = {r.name for r in repaired.rejected}
@@ -366,7 +373,7 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
                 pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation,
                                  pool=pool)
                 if pr.proven:
-                    best = max(best, value + k_groups * pr.rc_lower_bound)
+                    best = max(best, value + max(k_groups * pr.rc_lower_bound, pr.rc_sum_bound or -math.inf))
                 fresh = [c for c in (_candidate_column(cand, charge) for cand in pr.columns) if add(c)]
                 how = "exact" + (", proven" if pr.proven else "")
                 if not fresh and pr.proven:
@@ -396,7 +403,15 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         state = LpState(value, pi, mu, lp.values())
         # Diving on the whole LP (warm re-solves) finds integer plans close to the LP optimum.
         # Fixing a few disjoint columns per round (one per 25 jobs) keeps large LPs within the time.
-        state.dive = lp.dive(time.perf_counter() + dive_s, per=max(1 + len(lp.columns) // 8000, len(job_ids) // 60))
+        def dive_price(pi, mu, taken):
+            pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
+            return [c for c in (_candidate_column(cand, charge) for cand in price_greedy(builder, pi, mu, extra=charge))
+                    if add(c)]
+        state.dive = lp.dive(time.perf_counter() + dive_s, per=max(1 + len(lp.columns) // 8000, len(job_ids) // 60),
+                             price=dive_price if price else None)
+        if state.dive is None:  # out of time: round the dive's last LP (its fixings first) instead
+            lp.solve()
+            state.x = lp.values()
         say(f"LP dive: {'out of time' if state.dive is None else 'done'}")
     return (best if best > -math.inf else None), state
 
@@ -489,6 +504,11 @@ def _verify(model, columns, chosen, verified, banned, deadline, threads, result,
     return failed
 
 
+def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int) -> float:
+    """The bounds that need no LP: work, and nodes as bins (planner/optimal.py)."""
+    return max(work_lower_bound(model, job_ids), packing_lower_bound(model, job_ids, max_group_size))
+
+
 def _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, cost, charge):
     note = None
     lb = 0.0
@@ -497,12 +517,12 @@ def _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, c
     elif lagrangian is not None:
         lb = lagrangian
     else:
-        note = "column generation proved no bound in time: the bound is the work bound"
+        note = "column generation proved no bound in time: the bound is the work or packing bound"
     lb -= penalty * len(lost)
     if charge:  # the master's objective includes migration charges; the plan's cost does not
         lb -= sum(charge.values())
     if not lost:
-        lb = max(lb, work_lower_bound(model, job_ids))
+        lb = max(lb, _simple_bound(model, job_ids, builder.k))
     lb = min(max(lb, 0.0), cost)
     if master is None and job_ids:
         note = "no plan verified"

@@ -47,6 +47,9 @@ class Pricing:
     rc_lower_bound: float  # no column of the model has a smaller reduced cost (-inf: not proven)
     proven: bool
     nodes: int = 0  # search nodes visited
+    # No plan (nor LP solution) has a smaller sum of reduced costs: the sum over leaders of each
+    # leader's least reduced cost (None when some leader has no bound). See ``price_exact``.
+    rc_sum_bound: float | None = None
 
 
 def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, float], *,
@@ -59,7 +62,13 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
     makes the next call start at the leader where this one stopped, so no leader is starved.
     With ``threshold`` > 0 it collects every column of reduced cost below it instead (columns near
     the LP optimum, from which the integer master builds its plans; the bound is then not used).
-    With a ``pool``, its worker processes search disjoint sets of leaders at the same time."""
+    With a ``pool``, its worker processes search disjoint sets of leaders at the same time.
+
+    Per-leader bound (when the search is complete): every group has one leader, and the groups a job
+    leads all hold it, so in any plan (or LP solution) their values sum to at most one. Hence
+    sum_G rc_G x_G >= sum_m min(0, rho_m), rho_m the least reduced cost of a group led by m: the
+    Lagrangian bound ``LP + rc_sum_bound``, tighter than ``K * rc_min`` when few leaders still
+    have improving groups."""
     rotation = rotation if rotation is not None else {}
     parts = pool.workers if pool is not None else 1
     args = [(pi, mu, extra, deadline, None if stop_after is None else max(1, stop_after // parts),
@@ -70,48 +79,69 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
         results = [_price_part(builder, *args[0])]
     found: dict[Candidate, float] = {}
     proven, visited, rc_min = True, 0, 0.0
-    for part, (part_found, part_proven, part_visited, part_rc, part_rotation) in enumerate(results):
+    leaders: dict[int, float] | None = {}
+    for part, (part_found, part_proven, part_visited, part_rc, part_rotation, part_leaders) in enumerate(results):
         for cand, rc in part_found.items():
             found[cand] = min(rc, found.get(cand, rc))
         proven = proven and part_proven
         visited += part_visited
         rc_min = min(rc_min, part_rc)
         rotation[part] = part_rotation
+        if part_leaders is None or leaders is None:
+            leaders = None
+        else:
+            for m, rc in part_leaders.items():
+                leaders[m] = min(rc, leaders.get(m, 0.0))
     ranked = sorted(found.items(), key=lambda item: item[1])[:max_columns]
+    rc_sum = None if leaders is None else sum(min(0.0, rc) for rc in leaders.values())
     if not proven:
-        return Pricing([c for c, _ in ranked], -math.inf, False, visited)
+        return Pricing([c for c, _ in ranked], -math.inf, False, visited, rc_sum)
     rc_min = min([rc_min, -EPS] + [rc for _, rc in ranked])
-    return Pricing([c for c, _ in ranked], rc_min, True, visited)
+    return Pricing([c for c, _ in ranked], rc_min, True, visited, rc_sum)
 
 
 def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, rotation, threshold, part, parts):
     """One share of the search: the leaders whose position is ``part`` modulo ``parts`` (and the
-    single-job groups in share 0). Returns (found, proven, visited, least singleton rc, rotation)."""
+    single-job groups in share 0). Returns (found, proven, visited, least singleton rc, rotation,
+    leaders), ``leaders`` the least reduced cost of the groups each job leads (None when the search
+    stopped early)."""
     node_price = {c: builder.price[c] - mu.get(c, 0.0) for c in builder.price}
     value = {j: pi[j] - extra.get(j, 0.0) for j in builder.job_ids}
     found: dict[Candidate, float] = {}
     rc_min = 0.0
+    singles: dict[int, float] = {}
     for j in builder.job_ids if part == 0 else ():  # singletons
         for t in builder.train_opts[j]:
             for o in builder.rollout_opts[j]:
                 if builder.loop_s(j, t, o) <= builder.cap[j] + TOL:
                     rc = node_price[t.cluster] * t.nodes + node_price[o.cluster] * o.nodes - value[j]
                     rc_min = min(rc_min, rc)
+                    singles[j] = min(rc, singles.get(j, rc))
                     if rc < threshold - EPS:
                         found[_candidate(builder, [j], t, [o], [[0]], [0])] = rc
     search = _Search(builder, value, node_price, found, deadline, stop_after, rotation, threshold, (part, parts))
+    # Jobs of no value are left out: removing one from a group never raises its reduced cost, so
+    # the least reduced costs (and the per-leader bound) are those of groups without them.
+    keys: dict[tuple, list[int]] = {}
     if builder.k >= 2:
-        keys: dict[tuple, list[int]] = {}
         for j in builder.job_ids:
             if value[j] > EPS:
                 for t in builder.train_opts[j]:
                     keys.setdefault((t.gpu_type, t.cluster, t.gpus), []).append(j)
-        for key, members in sorted(keys.items()):
-            if len(members) >= 2 and not search.run(key, members):
-                return found, False, search.visited, rc_min, rotation
-            if stop_after is not None and len(found) >= stop_after:
-                return found, False, search.visited, rc_min, rotation
-    return found, True, search.visited, rc_min, rotation
+    complete = True
+    for key, members in sorted(keys.items()):
+        if len(members) >= 2 and not search.run(key, members):
+            complete = False
+            break
+        if stop_after is not None and len(found) >= stop_after:
+            complete = False
+            break
+    leaders: dict[int, float] | None = None
+    if complete:
+        leaders = dict(singles)
+        for (_, m), rc in search.best.items():
+            leaders[m] = min(rc, leaders.get(m, rc))
+    return found, complete, search.visited, rc_min, rotation, leaders
 
 
 _SHARED: dict = {}  # the builder, inherited by the pool's forked workers
@@ -154,6 +184,7 @@ def _candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, r
 class _Leader(NamedTuple):
     """What the search for one training pool and leader needs at every node."""
 
+    leader: int
     key: tuple
     trains: dict
     tau: dict  # train time plus warm switch per job
@@ -175,6 +206,7 @@ class _Search:
                  share: tuple[int, int] = (0, 1)):
         self.share = share  # (part, parts): this search takes the leaders at position part mod parts
         self.threshold = threshold - EPS  # keep columns of reduced cost below this
+        self.best: dict[tuple, float] = {}  # (key, leader) -> least reduced cost of a group found
         self.stop_after = stop_after
         self.rotation = rotation
         self.b = builder
@@ -187,59 +219,75 @@ class _Search:
 
     def run(self, key: tuple, pool: list[int]) -> bool:
         """Search every leader of this training pool; False when out of time."""
-        b = self.b
-        trains = {j: next(t for t in b.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in pool}
-        tau = {j: trains[j].duration_s + trains[j].switch_s for j in pool}
-        train_mem_cap = b.topo.clusters[key[1]].host_mem_gb
-        order = sorted(pool, key=lambda j: (b.cap[j], j))
-        dominates = self._dominance(order, trains)
-        position = {j: i for i, j in enumerate(order)}
+        setup = self._pool_setup(key, pool)
+        order = setup[0]
         first = self.rotation.get(key, 0) % len(order)
         for step in range(len(order)):
             li = (first + step) % len(order)
-            m = order[li]
             if li % self.share[1] != self.share[0]:
                 continue
             if self.stop_after is not None and len(self.found) >= self.stop_after:
                 self.rotation[key] = li
                 return False
-            cap = b.cap[m]
-            self._classes = {}
-            opts = {}
-            for j in order[li:]:
-                ok = [o for o in b.rollout_opts[j] if b.loop_s(j, trains[j], o) <= cap + TOL]
-                if ok and (j == m or (tau[m] + tau[j] <= cap + TOL
-                                      and trains[m].host_mem_gb + trains[j].host_mem_gb <= train_mem_cap)):
-                    opts[j] = ok
-            if m not in opts or len(opts) < 2:
+            ctx = self._context(key, setup, li)
+            if ctx is None:  # this leader leads no group of two
                 continue
-            others = [j for j in opts if j != m]
-            if len(others) >= b.k:
-                # A job with k-1 eligible jobs at least as good in every respect is never needed: in
-                # any group, one of them is outside and could take its place at no higher rc.
-                at = np.array([position[j] for j in others])
-                beaten = dominates[np.ix_(at, at)].sum(axis=0)
-                others = [j for j, n in zip(others, beaten) if n < b.k - 1]
-            cands = sorted(others, key=lambda j: -self.value[j])
-            cheapest = {j: min(self.price[o.cluster] * o.nodes for o in opts[j]) for j in opts}
-            area = {j: min(self.price[o.cluster] * o.nodes * o.duration_s / cap for o in opts[j]) for j in opts}
-            v = [self.value[j] for j in cands]
-            u = [max(0.0, self.value[j] - area[j]) for j in cands]
-            # A class holds at most one rollout longer than half the cap (two would not fit), so such
-            # "big" members each pay at least their cheapest class (Martello-Toth's bin-packing bound).
-            big = {j: cheapest[j] if all(o.nodes == 1 and o.duration_s + o.switch_s > cap / 2 + TOL
-                                         for o in opts[j]) else 0.0 for j in opts}
-            top_w = _suffix_top([max(0.0, self.value[j] - big[j]) for j in cands], b.k - 1)
-            top_v = _suffix_top(v, b.k - 1)
-            top_u = _suffix_top(u, b.k - 1)
-            fixed = self.price[key[1]] * trains[m].nodes
-            ctx = _Leader(key, trains, tau, train_mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed, big,
-                          top_w)
-            if not self._dfs(ctx, [m], 0, tau[m], trains[m].host_mem_gb, self.value[m], area[m], cheapest[m],
-                             big[m]):
+            m = ctx.leader
+            if not self._dfs(ctx, [m], 0, ctx.tau[m], ctx.trains[m].host_mem_gb, self.value[m], ctx.area[m],
+                             ctx.cheapest[m], ctx.big[m]):
                 self.rotation[key] = li + 1  # the next call starts after this leader
                 return False
         return True
+
+    def _pool_setup(self, key: tuple, pool: list[int]) -> tuple:
+        """Leaders' order (by cap), and what every leader's context needs, once per training pool."""
+        b = self.b
+        trains = {j: next(t for t in b.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in pool}
+        tau = {j: trains[j].duration_s + trains[j].switch_s for j in pool}
+        order = sorted(pool, key=lambda j: (b.cap[j], j))
+        dominates = self._dominance(order, trains)
+        position = {j: i for i, j in enumerate(order)}
+        return order, trains, tau, dominates, position
+
+    def _context(self, key: tuple, setup: tuple, li: int) -> "_Leader | None":
+        """The search context of the leader at position ``li`` (None when it leads no group of two)."""
+        b = self.b
+        order, trains, tau, dominates, position = setup
+        train_mem_cap = b.topo.clusters[key[1]].host_mem_gb
+        m = order[li]
+        cap = b.cap[m]
+        self._classes = {}
+        opts = {}
+        for j in order[li:]:
+            ok = [o for o in b.rollout_opts[j] if b.loop_s(j, trains[j], o) <= cap + TOL]
+            if ok and (j == m or (tau[m] + tau[j] <= cap + TOL
+                                  and trains[m].host_mem_gb + trains[j].host_mem_gb <= train_mem_cap)):
+                opts[j] = ok
+        if m not in opts or len(opts) < 2:
+            return None
+        others = [j for j in opts if j != m]
+        if len(others) >= b.k:
+            # A job with k-1 eligible jobs at least as good in every respect is never needed: in
+            # any group, one of them is outside and could take its place at no higher rc (the
+            # same leader, so each leader's least reduced cost is kept too).
+            at = np.array([position[j] for j in others])
+            beaten = dominates[np.ix_(at, at)].sum(axis=0)
+            others = [j for j, n in zip(others, beaten) if n < b.k - 1]
+        cands = sorted(others, key=lambda j: -self.value[j])
+        cheapest = {j: min(self.price[o.cluster] * o.nodes for o in opts[j]) for j in opts}
+        area = {j: min(self.price[o.cluster] * o.nodes * o.duration_s / cap for o in opts[j]) for j in opts}
+        v = [self.value[j] for j in cands]
+        u = [max(0.0, self.value[j] - area[j]) for j in cands]
+        # A class holds at most one rollout longer than half the cap (two would not fit), so such
+        # "big" members each pay at least their cheapest class (Martello-Toth's bin-packing bound).
+        big = {j: cheapest[j] if all(o.nodes == 1 and o.duration_s + o.switch_s > cap / 2 + TOL
+                                     for o in opts[j]) else 0.0 for j in opts}
+        top_w = _suffix_top([max(0.0, self.value[j] - big[j]) for j in cands], b.k - 1)
+        top_v = _suffix_top(v, b.k - 1)
+        top_u = _suffix_top(u, b.k - 1)
+        fixed = self.price[key[1]] * trains[m].nodes
+        return _Leader(m, key, trains, tau, train_mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed, big,
+                       top_w)
 
     def _dominance(self, order: list[int], trains) -> np.ndarray:
         """``D[a, b]``: job ``order[a]`` is at least as good as ``order[b]`` as a member of any group
@@ -346,8 +394,7 @@ class _Search:
                         best = (fixed + cost - gain, rollouts, part, offsets)
         if best is not None and best[0] < self.threshold:
             rc, rollouts, part, offsets = best
-            cand = _candidate(b, jobs, trains[jobs[0]], list(rollouts), [list(c) for c in part], offsets)
-            self.found[cand] = min(rc, self.found.get(cand, rc))
+            self._keep(ctx, _candidate(b, jobs, trains[jobs[0]], list(rollouts), [list(c) for c in part], offsets), rc)
 
     def _leaf_one_node(self, ctx, jobs: list[int], gain: float, budget: float, need: int) -> None:
         """The common case, fast: one rollout option per job, one node wide, one cluster. The
@@ -372,9 +419,13 @@ class _Search:
 
     def _record(self, ctx, jobs, options, classes, rc) -> None:
         if rc < self.threshold:
-            cand = _candidate(self.b, jobs, ctx.trains[jobs[0]], options, [sorted(c) for c in classes],
-                              [0] * len(jobs))
-            self.found[cand] = min(rc, self.found.get(cand, rc))
+            self._keep(ctx, _candidate(self.b, jobs, ctx.trains[jobs[0]], options, [sorted(c) for c in classes],
+                                       [0] * len(jobs)), rc)
+
+    def _keep(self, ctx, cand: Candidate, rc: float) -> None:
+        self.found[cand] = min(rc, self.found.get(cand, rc))
+        at = (ctx.key, ctx.leader)
+        self.best[at] = min(rc, self.best.get(at, rc))
 
     def _class(self, cap: float, members: tuple) -> tuple[str, int, tuple[int, ...]] | None:
         """(cluster, width, layout) of one rollout class at this cap, or None; cached per leader."""

@@ -90,7 +90,8 @@ def switch_ms(model: PlanningModel, member: Member, kind: str) -> int:
 
 
 def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo: bool = True,
-                    cycle_cap_s: float | None = None, time_limit_s: float = 10.0, threads: int = 2) -> Timetable:
+                    cycle_cap_s: float | None = None, time_limit_s: float = 10.0, threads: int = 2,
+                    try_lower_bound: bool = True) -> Timetable:
     started = time.perf_counter()
     names = [m.job.name for m in members]
     dur = {m.job.name: phase_durations_ms(model, m) for m in members}
@@ -113,58 +114,25 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
     if lb > ub:
         return Timetable("INFEASIBLE", lower_bound_s=lb / MS, wall_s=time.perf_counter() - started)
 
-    cp = cp_model.CpModel()
-    cycle = cp.new_int_var(lb, ub, "cycle")
-    horizon = 4 * ub
-    start: dict[tuple[str, str], cp_model.IntVar] = {}
-    for n in names:
-        k_max = 1 + stale[n]
-        r = cp.new_int_var(0, ub - 1, f"{n}.rollout")
-        t = cp.new_int_var(0, horizon, f"{n}.train")
-        s = cp.new_int_var(0, horizon, f"{n}.sync")
-        cp.add(r < cycle)
-        cp.add(t >= r + dur[n]["rollout"])
-        cp.add(s >= t + dur[n]["train"])
-        # Chain closes within (1 + staleness) cycles: next-next... rollout waits for this sync.
-        loop_end = cp.new_int_var(0, horizon, f"{n}.loop")
-        cp.add_multiplication_equality(loop_end, [cycle, k_max]) if k_max > 1 else cp.add(loop_end == cycle)
-        cp.add(s + dur[n]["sync"] <= r + loop_end)
-        start.update({(n, "rollout"): r, (n, "train"): t, (n, "sync"): s})
-
-    # Circular non-overlap on every shared GPU set.
-    wrapped: dict[tuple[str, str], cp_model.IntVar] = {}
-    for (n, k) in sorted(shared_phases):
-        length = dur[n][k] + sw[(n, k)]
-        x = cp.new_int_var(0, ub - 1, f"{n}.{k}.x")  # switch-extended start, modulo the cycle
-        wraps = cp.new_int_var(-1, 3, f"{n}.{k}.wraps")
-        shift = cp.new_int_var(-ub, 3 * ub, f"{n}.{k}.shift")
-        cp.add_multiplication_equality(shift, [wraps, cycle])
-        cp.add(x == start[(n, k)] - sw[(n, k)] - shift)
-        cp.add(x < cycle)
-        x2 = cp.new_int_var(0, 2 * ub, f"{n}.{k}.x2")
-        cp.add(x2 == x + cycle)
-        wrapped[(n, k)] = x
-        wrapped[(n, k, "copy")] = x2  # type: ignore[index]
-    for phases in resources.values():
-        intervals = []
-        for (n, k) in phases:
-            length = dur[n][k] + sw[(n, k)]
-            for key in ((n, k), (n, k, "copy")):
-                var = wrapped[key]  # type: ignore[index]
-                intervals.append(cp.new_fixed_size_interval_var(var, length, f"iv.{'.'.join(key)}"))
-        cp.add_no_overlap(intervals)
-
-    cp.minimize(cycle)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
-    solver.parameters.num_workers = max(1, threads)
-    status = solver.solve(cp)
+    # The cycle is almost always its lower bound: try that first as a linear feasibility model
+    # (a constant cycle makes the wrap-around shifts linear), which CP-SAT settles in milliseconds;
+    # only when it fails, minimise the cycle with the full model.
+    tries = ([(lb, min(0.25, time_limit_s / 4))] if try_lower_bound else []) + [(None, None)]
+    for fixed, limit in tries:
+        cp, cycle, start = _timetable_model(names, dur, sw, stale, resources, shared_phases, lb, ub, fixed)
+        solver = cp_model.CpSolver()
+        left = time_limit_s - (time.perf_counter() - started)
+        solver.parameters.max_time_in_seconds = max(0.05, left if limit is None else min(limit, left))
+        solver.parameters.num_workers = max(1, threads)
+        status = solver.solve(cp)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
     wall = time.perf_counter() - started
-    name = solver.status_name(status)
+    name = "OPTIMAL" if fixed is not None else solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Timetable("INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN",
                          lower_bound_s=lb / MS, wall_s=wall)
-    c = solver.value(cycle)
+    c = solver.value(cycle) if fixed is None else fixed
     phases: dict[str, dict[str, PhaseTime]] = {}
     for n in names:
         phases[n] = {}
@@ -172,4 +140,57 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
             offset = solver.value(start[(n, k)]) % c
             phases[n][k] = PhaseTime(offset / MS, dur[n][k] / MS)
     assert all(0 <= p.start_s < c / MS for job in phases.values() for p in job.values())
-    return Timetable(name, c / MS, phases, lower_bound_s=max(lb, solver.best_objective_bound) / MS, wall_s=wall)
+    bound = lb if fixed is not None else max(lb, solver.best_objective_bound)
+    return Timetable(name, c / MS, phases, lower_bound_s=bound / MS, wall_s=wall)
+
+
+def _timetable_model(names, dur, sw, stale, resources, shared_phases, lb: int, ub: int, fixed: int | None):
+    """The CP-SAT model: the cycle a variable in [lb, ub] to minimise, or the constant ``fixed``."""
+    cp = cp_model.CpModel()
+    cycle = cp.new_int_var(lb, ub, "cycle") if fixed is None else fixed
+    top = ub if fixed is None else fixed
+    horizon = 4 * top
+    start: dict[tuple[str, str], cp_model.IntVar] = {}
+    for n in names:
+        k_max = 1 + stale[n]
+        r = cp.new_int_var(0, top - 1, f"{n}.rollout")
+        t = cp.new_int_var(0, horizon, f"{n}.train")
+        s = cp.new_int_var(0, horizon, f"{n}.sync")
+        cp.add(r < cycle)
+        cp.add(t >= r + dur[n]["rollout"])
+        cp.add(s >= t + dur[n]["train"])
+        # Chain closes within (1 + staleness) cycles: next-next... rollout waits for this sync.
+        if fixed is not None:
+            loop_end = fixed * k_max
+        else:
+            loop_end = cp.new_int_var(0, horizon, f"{n}.loop")
+            cp.add_multiplication_equality(loop_end, [cycle, k_max]) if k_max > 1 else cp.add(loop_end == cycle)
+        cp.add(s + dur[n]["sync"] <= r + loop_end)
+        start.update({(n, "rollout"): r, (n, "train"): t, (n, "sync"): s})
+
+    # Circular non-overlap on every shared GPU set.
+    wrapped: dict[tuple, object] = {}
+    for (n, k) in sorted(shared_phases):
+        x = cp.new_int_var(0, top - 1, f"{n}.{k}.x")  # switch-extended start, modulo the cycle
+        wraps = cp.new_int_var(-1, 3, f"{n}.{k}.wraps")
+        if fixed is not None:
+            shift = wraps * fixed
+        else:
+            shift = cp.new_int_var(-top, 3 * top, f"{n}.{k}.shift")
+            cp.add_multiplication_equality(shift, [wraps, cycle])
+        cp.add(x == start[(n, k)] - sw[(n, k)] - shift)
+        cp.add(x < cycle)
+        x2 = cp.new_int_var(0, 2 * top, f"{n}.{k}.x2")
+        cp.add(x2 == x + cycle)
+        wrapped[(n, k)] = x
+        wrapped[(n, k, "copy")] = x2
+    for phases in resources.values():
+        intervals = []
+        for (n, k) in phases:
+            length = dur[n][k] + sw[(n, k)]
+            for key in ((n, k), (n, k, "copy")):
+                intervals.append(cp.new_fixed_size_interval_var(wrapped[key], length, f"iv.{'.'.join(key)}"))
+        cp.add_no_overlap(intervals)
+    if fixed is None:
+        cp.minimize(cycle)
+    return cp, cycle, start

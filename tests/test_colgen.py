@@ -16,7 +16,7 @@ from planner.check import assert_valid
 from planner.colgen import LpMaster, max_groups, reject_penalty
 from planner.columns import template_column
 from planner.model import PlanningModel
-from planner.optimal import CandidateBuilder, _admissible
+from planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
 from planner.optimize import _candidate_column, plan_optimal
 from planner.pricing import price_exact
 from profiles.generators import generate
@@ -52,6 +52,27 @@ def test_exact_pricing_finds_the_most_negative_reduced_cost(family, seed):
     found = min(c.cost - sum(value[j] for j in c.jobs) for c in pr.columns) if pr.columns else 0.0
     assert min(found, 0.0) == pytest.approx(min(expected, 0.0), abs=1e-6)
     assert pr.rc_lower_bound <= min(expected, 0.0) + 1e-6
+
+
+@pytest.mark.parametrize("family,seed", [("Mixed", 1), ("RH", 3), ("TH", 4)])
+def test_per_leader_bound_sums_each_leaders_least_reduced_cost(family, seed):
+    # A group's leader is its member of smallest cycle cap (ties: lowest index); the bound sums,
+    # over leaders, the most negative reduced cost of a group each leads (enumerated here).
+    jobs = generate(family, 9, seed)
+    model, builder = builder_for(jobs)
+    rng = np.random.default_rng(seed)
+    value = {j: float(rng.uniform(20, 60)) for j in builder.job_ids}
+    cands = builder.build() + [c for spare in builder.reserve.values() for c in spare]
+    least: dict[int, float] = {}
+    for c in cands:
+        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
+        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
+    pr = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
+    assert pr.proven
+    assert pr.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
+    assert pr.rc_sum_bound < 0
+    # Tighter than the number of groups times the least reduced cost, the bound it joins.
+    assert pr.rc_sum_bound >= max_groups(TESTBED, len(builder.job_ids)) * pr.rc_lower_bound - 1e-6
 
 
 def test_pricing_bound_holds_when_nothing_improves():
@@ -204,3 +225,27 @@ def test_scaled_preset_multiplies_nodes():
     topo = load_topology("weave-testbed-x3")
     assert topo.total_gpus == 3 * TESTBED.total_gpus
     assert topo.cost_usd_per_hour() == pytest.approx(3 * TESTBED.cost_usd_per_hour())
+
+
+def test_packing_bound_by_hand():
+    # Three jobs whose rollout (100 s) takes over half of the cycle cap (slo 1: their solo loop,
+    # 100 + 20 + sync ~ 125.7 s): no two share a rollout node, so at least 3 rollout nodes; at most
+    # five jobs per training node, so at least 3/5 of one (the work share, 20/125.7 each, is less).
+    jobs = jobs_from_data({"jobs": [{"name": f"j{i}", "params_b": 7, "slo": 1.0,
+                                     "rollout": {"gpus": 8, "gpu_type": "H20", "duration_s": 100, "host_mem_gb": 100},
+                                     "train": {"gpus": 8, "gpu_type": "H800", "duration_s": 20, "host_mem_gb": 100}}
+                                    for i in range(3)]}, "jobs.yaml")
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    assert packing_lower_bound(model, ids, 5) == pytest.approx(3 * 8 * 1.85 + 3 / 5 * 8 * 5.28)
+    assert work_lower_bound(model, ids) < packing_lower_bound(model, ids, 5)
+
+
+@pytest.mark.parametrize("family,seed", [("RH", 1), ("RH", 2), ("TH", 3), ("BL", 4), ("Mixed", 5)])
+def test_packing_bound_never_exceeds_the_optimum(family, seed):
+    jobs = generate(family, 9, seed)
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    exact = plan_optimal(model, time_limit_s=60).plan
+    assert exact.solver.status == "OPTIMAL" and not exact.rejected
+    assert packing_lower_bound(model, ids, 5) <= exact.cost_usd_per_hour + 1e-6
