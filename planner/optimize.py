@@ -9,7 +9,8 @@
    migration charge. The best known plan (the heuristic's, the previous one, or the LP rounded by
    diving) is its hint. After column generation it sees the 2,000 columns of least reduced cost
    (plus every single-job column): far quicker to good plans than all of them, and the bound does
-   not depend on it. ``solver="auto"`` picks CBC there and CP-SAT for complete enumerations.
+   not depend on it; then a large neighbourhood search (planner/lns.py) improves its plan over
+   every column. ``solver="auto"`` picks CBC there and CP-SAT for complete enumerations.
 3. Every chosen group gets a timetable: the round robin when it meets every SLO, else the exact
    CP-SAT timetable (planner/timetable.py). A group without one is banned and the master re-solved.
 
@@ -43,6 +44,7 @@ from typing import Callable, Mapping, Sequence
 from planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
+from planner.lns import improve
 from planner.model import PlanningModel
 from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
                              packing_lower_bound, work_lower_bound)
@@ -56,6 +58,7 @@ NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once th
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
 SMALL_MASTER = 3_000
 MASTER_SHARE = 0.88  # the integer master ends by this share of the time limit; the timetables take the rest
+LNS_SHARE = 0.75  # of a large master's time, the neighbourhood search's (planner/lns.py); CBC has the rest
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
@@ -184,6 +187,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if large:  # small complete enumerations keep every column: their master is exact
             priced_out = _price_out(columns, lp_state, _objective(columns, hint, penalty), hint)
             banned |= priced_out
+    support: dict[int, list[int]] = {}  # job -> columns the LP used: the search's neighbourhoods follow them
+    for i, v in enumerate(lp_state.x if lp_state is not None else ()):
+        if v > 1e-6:
+            for j in columns[i].jobs:
+                support.setdefault(j, []).append(i)
     verified: dict[int, tuple[list, list[str], object]] = {}
     master = None
     while job_ids:
@@ -191,9 +199,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if left <= 0.05:
             break
         # The LP bound is already known: the master need not prove much, it must leave time for
-        # the timetables.
+        # the timetables. A large master shares its time with the neighbourhood search.
+        master_end = started + MASTER_SHARE * time_limit_s
+        share = LNS_SHARE if large else 0.0
         master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
-                               time_limit_s=max(min(1.0, left / 3), started + MASTER_SHARE * time_limit_s - time.perf_counter()),
+                               time_limit_s=max(min(1.0, left / 3), (1 - share) * (master_end - time.perf_counter())),
                                threads=threads, solver=solver, hint=hint, exclusive=exclusive)
         result.master_solves += 1
         if master.objective is None and hint is not None:  # no solution in time: the best known plan
@@ -203,20 +213,27 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             master = None
             break
         say(f"master {result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
+        at_bound = lagrangian is not None and master.objective <= lagrangian * (1 + 1e-6) + 1e-6
+        if large and not at_bound and master_end - time.perf_counter() > 0.5:
+            # Over every column (but those without a timetable), a few dozen jobs at a time; each
+            # improvement only with a timetable for every new group.
+            unpriced = banned - priced_out
+
+            def timetabled(new: list[int]) -> bool:
+                ok = _timetabled(model, columns, new, timetables, master_end, threads)
+                unpriced.update(i for i in new if i in timetables and not timetables[i].ok)
+                return ok
+
+            better = improve(columns, job_ids, topo, Incumbent(list(master.chosen), list(master.rejected)),
+                             banned=unpriced, penalty=penalty, deadline=master_end, exclusive=exclusive,
+                             support=support, seed=result.master_solves, accept=timetabled)
+            if better.objective < master.objective - 1e-6:
+                master = IntegerResult("FEASIBLE", better.columns, better.rejected, better.objective, None)
+                say(f"neighbourhood search: ${master.objective:,.2f}/h")
         failed = _verify(model, columns, master.chosen, verified, banned, deadline, threads, result, timetables)
         if failed is None:  # out of time before every group had a timetable (repaired below)
             break
         if not failed:
-            # The restricted master was solved to the end early: hand the rest of the time to the
-            # master over every column, starting from this plan.
-            far = master.status == "OPTIMAL" and lagrangian is not None and \
-                master.objective > (1 + 0.005) * lagrangian
-            if priced_out and far and deadline - time.perf_counter() > 0.25 * time_limit_s:
-                banned -= priced_out
-                priced_out = set()
-                hint = Incumbent(list(master.chosen), list(master.rejected))
-                say("restricted master solved: the master again, over every column")
-                continue
             break
         for i in failed:  # a set whose kept configurations all failed gets its next one
             cand = columns[i].candidate
@@ -254,7 +271,10 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     else:
         rejected = rejected + [Rejection(name=jobs[j].name, reason="no room: the topology's free nodes hold a "
                                          "plan that places more jobs") for j in lost]
-    lb, note = _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, cost, charge)
+    # A restricted master's own bound holds for its columns only.
+    master_bound = master.bound if master is not None and not priced_out else None
+    lb, note = _bound(model, builder, result, master is not None, master_bound, lagrangian, job_ids, lost, penalty,
+                      cost, charge)
     gap = (cost - lb) / cost if cost > 0 else 0.0
     status = master.status if master else "OPTIMAL"
     if repaired is not None:
@@ -476,12 +496,28 @@ def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumb
     return {i for i in rc if i not in keep}
 
 
+def _timetabled(model, columns, new: list[int], timetables: dict, deadline: float, threads: int) -> bool:
+    """Whether each of the ``new`` columns has a timetable (computed now when not known, within
+    0.3 s each; a column still unknown after that counts as without)."""
+    for i in new:
+        if i not in timetables:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            members, _ = materialize(model, columns[i], FreeNodes(model.topology))
+            timetables[i] = group_timetable(model, members, time_limit_s=min(0.3, left), threads=threads)
+        if not timetables[i].ok:
+            return False
+    return True
+
+
 def _verify(model, columns, chosen, verified, banned, deadline, threads, result, timetables) -> list[int] | None:
     """Lay out and timetable every chosen column; ban those without a timetable. Returns those that
     failed, or None when time ran out first. A column's timetable does not depend on which
     nodes of its clusters it gets, so ``timetables`` keeps it across master solves."""
     reserved = {n for i in chosen if columns[i].pinned for n in columns[i].template.nodes}
     free = FreeNodes(model.topology, reserved)
+    verified.clear()  # nodes laid out for an earlier master's plan may clash with this one's
     failed: list[int] = []
     for i in sorted(chosen, key=lambda i: not columns[i].pinned):
         members, nodes = materialize(model, columns[i], free)
@@ -509,11 +545,11 @@ def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int)
     return max(work_lower_bound(model, job_ids), packing_lower_bound(model, job_ids, max_group_size))
 
 
-def _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, cost, charge):
+def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, lost, penalty, cost, charge):
     note = None
     lb = 0.0
-    if result.mode == "enumerate" and master is not None and master.bound is not None:
-        lb = max(master.bound, lagrangian if lagrangian is not None else -math.inf)
+    if result.mode == "enumerate" and master_bound is not None:
+        lb = max(master_bound, lagrangian if lagrangian is not None else -math.inf)
     elif lagrangian is not None:
         lb = lagrangian
     else:
@@ -524,6 +560,6 @@ def _bound(model, builder, result, master, lagrangian, job_ids, lost, penalty, c
     if not lost:
         lb = max(lb, _simple_bound(model, job_ids, builder.k))
     lb = min(max(lb, 0.0), cost)
-    if master is None and job_ids:
+    if not planned and job_ids:
         note = "no plan verified"
     return lb, note

@@ -199,6 +199,32 @@ def test_out_of_time_while_verifying_keeps_the_verified_groups_and_admits_the_re
     assert plan.cost_usd_per_hour <= weave.cost_usd_per_hour + 1e-6
 
 
+def test_groups_laid_out_for_an_earlier_master_are_not_mixed_with_the_last_ones(monkeypatch):
+    # The first plan has a group without a timetable (banned, the master solves again); time runs out
+    # while the second plan is verified. Only the groups laid out for the second plan may be kept:
+    # nodes were laid out afresh for it, and those of the first may clash with them.
+    import planner.optimize as optimize
+
+    real = optimize._verify
+    calls = []
+
+    def fail_once_then_out_of_time(model, columns, chosen, verified, banned, *args):
+        calls.append(len(chosen))
+        if len(calls) == 1:
+            real(model, columns, chosen, verified, banned, *args)
+            banned.add(chosen[0])
+            return [chosen[0]]
+        real(model, columns, chosen[len(chosen) // 2:], verified, banned, *args)
+        return None
+
+    monkeypatch.setattr(optimize, "_verify", fail_once_then_out_of_time)
+    jobs = generate("Mixed", 16, 3)
+    plan = make_plan(TESTBED, jobs, time_limit_s=10)
+    assert len(calls) == 2
+    assert_valid(plan, TESTBED, jobs)
+    assert "time ran out verifying" in plan.solver.note
+
+
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
     jobs = generate("Mixed", 100, 1)  # weave places 75 of them on weave-testbed, the rest find no nodes
     plan = make_plan(TESTBED, jobs, time_limit_s=20)

@@ -1,0 +1,74 @@
+"""The neighbourhood search on the master (planner/lns.py), on masters small enough to solve by hand.
+
+weave-testbed has 41 rollout and 41 training nodes. Columns: every job alone for $10/h on one
+training node, and pairs for $12/h on one training node.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from planner.columns import Column, Incumbent
+from planner.lns import improve
+from topology.topology import load_topology
+
+TESTBED = load_topology("weave-testbed")
+PENALTY = 1_000.0
+
+
+def master(pairs, jobs=4, train_nodes_per_pair=1):
+    columns = [Column((j,), (("train", 1),), 10.0) for j in range(jobs)]
+    columns += [Column(tuple(p), (("train", train_nodes_per_pair),), 12.0) for p in pairs]
+    return columns
+
+
+def run(columns, start, jobs=4, topo=TESTBED, **kw):
+    return improve(columns, list(range(jobs)), topo, start, penalty=PENALTY, deadline=time.perf_counter() + 5,
+                   **{"banned": set(), **kw})
+
+
+def test_singletons_become_pairs():
+    columns = master([(0, 1), (2, 3)])
+    best = run(columns, Incumbent([0, 1, 2, 3], []))
+    assert sorted(best.columns) == [4, 5]
+    assert best.objective == pytest.approx(24.0)
+    assert best.rejected == []
+
+
+def test_a_rejected_job_is_placed():
+    columns = master([(0, 1)])
+    best = run(columns, Incumbent([4, 2], [3]))  # $22 + one rejection
+    assert best.rejected == []
+    assert best.objective == pytest.approx(12 + 10 + 10)
+
+
+def test_banned_columns_stay_out():
+    columns = master([(0, 1), (2, 3)])
+    best = run(columns, Incumbent([0, 1, 2, 3], []), banned={4})
+    assert sorted(best.columns) == [0, 1, 5]
+    assert best.objective == pytest.approx(32.0)
+
+
+def test_node_counts_hold():
+    # Each pair takes 30 training nodes: with 41, only one pair fits beside two singletons.
+    columns = master([(0, 1), (2, 3)], train_nodes_per_pair=30)
+    best = run(columns, Incumbent([0, 1, 2, 3], []))
+    assert best.objective == pytest.approx(12 + 10 + 10)
+    assert sum(n for i in best.columns for _, n in columns[i].nodes) <= 41
+
+
+def test_at_most_one_column_of_an_exclusive_set():
+    columns = master([(0, 1), (2, 3)])
+    best = run(columns, Incumbent([0, 1, 2, 3], []), exclusive=[[4, 5]])
+    assert best.objective == pytest.approx(32.0)
+
+
+def test_never_dearer_than_the_start_and_stops_at_the_deadline():
+    columns = master([])  # nothing to improve
+    started = time.perf_counter()
+    best = improve(columns, [0, 1, 2, 3], TESTBED, Incumbent([0, 1, 2, 3], []), banned=set(), penalty=PENALTY,
+                   deadline=started + 0.5)
+    assert time.perf_counter() - started < 1.5
+    assert sorted(best.columns) == [0, 1, 2, 3] and best.objective == pytest.approx(40.0)
