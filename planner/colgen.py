@@ -107,18 +107,15 @@ class LpMaster:
     def dive(self, deadline: float, per: int = 1, price=None) -> list[int] | None:
         """Round the LP by diving: fix the columns at one and the largest fractional one, solve
         again (warm), until the solution is integral. Up to ``per`` fractional columns are fixed at a
-        time, pairwise disjoint and within the node counts, so the fixings stay feasible. Returns the chosen columns, or None when time ran out. Leaves the
-        fixings in place (the LP is not used after this)."""
+        time, pairwise disjoint and within the node counts, so the fixings stay feasible. With
+        ``price(pi, mu, fixed_jobs)`` (new columns for the jobs the fixings leave), a few pricing
+        rounds follow every fixing: the columns that complete the partial plan then exist. Returns
+        the chosen columns, or None when time ran out. Leaves the fixings in place."""
         while time.perf_counter() < deadline:
             if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
                 return None
-            x = self.values()
-            fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
-            if not fractional:
-                return [i for i, v in enumerate(x) if v > 0.5]
-            fixed = [i for i, v in enumerate(x) if v >= 1 - 1e-6]
-            taken = {j for i in fixed for j in self.columns[i].jobs}
             if price is not None:
+                taken = {j for i, v in enumerate(self.values()) if v >= 1 - 1e-6 for j in self.columns[i].jobs}
                 for _ in range(3):
                     _, pi, mu = self.solve()
                     fresh = price(pi, mu, taken)
@@ -128,12 +125,12 @@ class LpMaster:
                         self.add(column)
                 if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
                     return None
-                x = self.values()
-                fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
-                if not fractional:
-                    return [i for i, v in enumerate(x) if v > 0.5]
-                fixed = [i for i, v in enumerate(x) if v >= 1 - 1e-6]
-                taken = {j for i in fixed for j in self.columns[i].jobs}
+            x = self.values()
+            fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
+            if not fractional:
+                return [i for i, v in enumerate(x) if v > 0.5]
+            fixed = [i for i, v in enumerate(x) if v >= 1 - 1e-6]
+            taken = {j for i in fixed for j in self.columns[i].jobs}
             nodes: dict[str, int] = {}
             for i in fixed:
                 for c, n in self.columns[i].nodes:

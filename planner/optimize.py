@@ -213,37 +213,25 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             master = None
             break
         say(f"master {result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
-        at_bound = lagrangian is not None and master.objective <= lagrangian * (1 + 1e-6) + 1e-6
-        if large and not at_bound and master_end - time.perf_counter() > 0.5:
-            # Over every column (but those without a timetable), a few dozen jobs at a time; each
-            # improvement only with a timetable for every new group.
-            unpriced = banned - priced_out
-
-            def timetabled(new: list[int]) -> bool:
-                ok = _timetabled(model, columns, new, timetables, master_end, threads)
-                unpriced.update(i for i in new if i in timetables and not timetables[i].ok)
-                return ok
-
-            better = improve(columns, job_ids, topo, Incumbent(list(master.chosen), list(master.rejected)),
-                             banned=unpriced, penalty=penalty, deadline=master_end, exclusive=exclusive,
-                             support=support, seed=result.master_solves, accept=timetabled)
-            if better.objective < master.objective - 1e-6:
-                master = IntegerResult("FEASIBLE", better.columns, better.rejected, better.objective, None)
-                say(f"neighbourhood search: ${master.objective:,.2f}/h")
         failed = _verify(model, columns, master.chosen, verified, banned, deadline, threads, result, timetables)
         if failed is None:  # out of time before every group had a timetable (repaired below)
             break
-        if not failed:
-            break
-        for i in failed:  # a set whose kept configurations all failed gets its next one
-            cand = columns[i].candidate
-            spare = builder.reserve.get(cand.jobs) if cand is not None else None
-            if spare:
-                add(_candidate_column(spare.pop(0), charge))
-        # The plan less the failed groups, their jobs rejected: still feasible, a safe next hint.
-        kept_columns = [i for i in master.chosen if i not in banned]
-        covered = {j for i in kept_columns for j in columns[i].jobs}
-        hint = Incumbent(kept_columns, [j for j in job_ids if j not in covered])
+        if failed:
+            for i in failed:  # a set whose kept configurations all failed gets its next one
+                cand = columns[i].candidate
+                spare = builder.reserve.get(cand.jobs) if cand is not None else None
+                if spare:
+                    add(_candidate_column(spare.pop(0), charge))
+            # The plan less the failed groups, their jobs rejected: still feasible, a safe next hint.
+            kept_columns = [i for i in master.chosen if i not in banned]
+            covered = {j for i in kept_columns for j in columns[i].jobs}
+            hint = Incumbent(kept_columns, [j for j in job_ids if j not in covered])
+            continue
+        at_bound = lagrangian is not None and master.objective <= lagrangian * (1 + 1e-6) + 1e-6
+        if large and not at_bound and master_end - time.perf_counter() > 0.5:
+            master = _search_neighbourhoods(model, columns, job_ids, master, banned - priced_out, penalty, master_end,
+                                            exclusive, support, threads, timetables, verified, result, say)
+        break
     jobs = model.jobs.jobs
     chosen = master.chosen if master else []
     order = sorted(chosen, key=lambda i: (not columns[i].pinned, columns[i].jobs))
@@ -494,6 +482,31 @@ def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumb
     singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1}
     keep = set(keep[:keep_at_most]) | set(hint.columns) | singles
     return {i for i in rc if i not in keep}
+
+
+def _search_neighbourhoods(model, columns, job_ids, master: IntegerResult, banned: set[int], penalty, deadline,
+                           exclusive, support, threads, timetables, verified, result, say) -> IntegerResult:
+    """The master's verified plan improved over every column not ``banned`` (planner/lns.py), each
+    improvement only with a timetable for every new group; the plan returned is laid out in
+    ``verified``."""
+
+    def timetabled(new: list[int]) -> bool:
+        ok = _timetabled(model, columns, new, timetables, deadline, threads)
+        banned.update(i for i in new if i in timetables and not timetables[i].ok)
+        return ok
+
+    better = improve(columns, job_ids, model.topology, Incumbent(list(master.chosen), list(master.rejected)),
+                     banned=banned, penalty=penalty, deadline=deadline, exclusive=exclusive, support=support,
+                     seed=result.master_solves, accept=timetabled)
+    if better.objective >= master.objective - 1e-6:
+        return master
+    say(f"neighbourhood search: ${better.objective:,.2f}/h")
+    improved = IntegerResult("FEASIBLE", better.columns, better.rejected, better.objective, None)
+    # Every group has its timetable already (kept, or accepted above): laying it out takes no search.
+    if _verify(model, columns, improved.chosen, verified, set(), math.inf, threads, result, timetables) == []:
+        return improved
+    _verify(model, columns, master.chosen, verified, set(), math.inf, threads, result, timetables)
+    return master
 
 
 def _timetabled(model, columns, new: list[int], timetables: dict, deadline: float, threads: int) -> bool:

@@ -13,11 +13,11 @@ import pytest
 
 from planner.api import make_plan
 from planner.check import assert_valid
-from planner.colgen import LpMaster, max_groups, reject_penalty
+from planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty
 from planner.columns import template_column
 from planner.model import PlanningModel
 from planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
-from planner.optimize import _candidate_column, plan_optimal
+from planner.optimize import _candidate_column, _singletons, plan_optimal
 from planner.pricing import price_exact
 from profiles.generators import generate
 from profiles.jobs import jobs_from_data
@@ -112,6 +112,45 @@ def test_lagrangian_bound_is_the_lp_value_at_the_optimum():
     # Every candidate is in the LP already, so no column improves and the bound is the LP value.
     assert pr.columns == [] or min(c.cost - sum(pi[j] for j in c.jobs) for c in pr.columns) > -1e-4
     assert value + max_groups(TESTBED, len(builder.job_ids)) * pr.rc_lower_bound == pytest.approx(value, abs=1e-3)
+
+
+def test_dive_prices_the_jobs_its_fixings_leave():
+    # The LP starts with single-job columns and five rounds of greedy pricing; the dive's pricing
+    # rounds bring more groups, each of jobs not fixed yet, and it ends on an integral plan cheaper
+    # than every job alone.
+    jobs = generate("BL", 30, 5)
+    model, builder = builder_for(jobs)
+    lp = LpMaster(builder.job_ids, TESTBED, reject_penalty(TESTBED))
+    singles = [_candidate_column(c, {}) for c in _singletons(builder)]
+    for column in singles:
+        lp.add(column)
+    seen = {c.key for c in singles}
+    for _ in range(5):
+        _, pi, mu = lp.solve()
+        for column in (_candidate_column(cand, {}) for cand in price_greedy(builder, pi, mu, extra={})):
+            if column.key not in seen:
+                seen.add(column.key)
+                lp.add(column)
+    fixed_sets = []
+
+    def price(pi, mu, taken):
+        fixed_sets.append(set(taken))
+        pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
+        fresh = [c for c in (_candidate_column(cand, {}) for cand in price_greedy(builder, pi, mu, extra={}))
+                 if c.key not in seen]
+        seen.update(c.key for c in fresh)
+        assert all(not set(c.jobs) & taken for c in fresh)
+        return fresh
+
+    chosen = lp.dive(time.perf_counter() + 30, per=1, price=price)
+    assert chosen is not None
+    covered = [j for i in chosen for j in lp.columns[i].jobs]
+    assert sorted(covered) == sorted(builder.job_ids)  # each job once
+    assert any(len(lp.columns[i].jobs) > 1 for i in chosen)
+    assert sum(lp.columns[i].cost for i in chosen) < sum(c.cost for c in singles)
+    # Pricing ran after fixings, for fewer jobs each time (the fixed ones left out).
+    assert len(fixed_sets) >= 2 and all(a <= b for a, b in zip(fixed_sets, fixed_sets[1:]))
+    assert 0 < len(fixed_sets[0]) < len(builder.job_ids)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
