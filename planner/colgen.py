@@ -104,13 +104,26 @@ class LpMaster:
     def values(self) -> list[float]:
         return [v.solution_value() for v in self.vars]
 
+    @staticmethod
+    def _pace(per: int, open_jobs: int, fixed: list[Column], round_s: float, left_s: float) -> int:
+        """Columns to fix this round: ``per``, or more when the rounds left at that pace (open jobs
+        over ``per`` columns of the fixed columns' mean size) would take longer than 80 % of the time left."""
+        size = sum(len(c.jobs) for c in fixed) / len(fixed) if fixed else 3.0
+        rounds_left = open_jobs / (size * per)
+        if rounds_left * round_s <= 0.8 * left_s:
+            return per
+        return max(per, math.ceil(open_jobs / (size * max(1.0, 0.8 * left_s / max(round_s, 1e-3)))))
+
     def dive(self, deadline: float, per: int = 1, price=None) -> list[int] | None:
         """Round the LP by diving: fix the columns at one and the largest fractional one, solve
         again (warm), until the solution is integral. Up to ``per`` fractional columns are fixed at a
         time, pairwise disjoint and within the node counts, so the fixings stay feasible. With
         ``price(pi, mu, fixed_jobs)`` (new columns for the jobs the fixings leave), a few pricing
-        rounds follow every fixing: the columns that complete the partial plan then exist. Returns
-        the chosen columns, or None when time ran out. Leaves the fixings in place."""
+        rounds follow every fixing: the columns that complete the partial plan then exist. When the
+        rounds so far show that this pace would not end in time, it fixes more per round, so that
+        it ends with a plan rather than out of time. Returns the chosen columns, or None when time ran
+        out. Leaves the fixings in place."""
+        started, rounds = time.perf_counter(), 0
         while time.perf_counter() < deadline:
             if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
                 return None
@@ -138,6 +151,9 @@ class LpMaster:
             for i in fixed:
                 self.vars[i].SetLb(1)
             # The largest fractional columns, up to ``per``, that share no job and fit the nodes.
+            rounds += 1
+            most = self._pace(per, len(self.job_ids) - len(taken), [self.columns[i] for i in fixed],
+                              (time.perf_counter() - started) / rounds, deadline - time.perf_counter())
             picked = 0
             for i in sorted(fractional, key=lambda i: -x[i]):
                 col = self.columns[i]
@@ -148,7 +164,7 @@ class LpMaster:
                 for c, n in col.nodes:
                     nodes[c] = nodes.get(c, 0) + n
                 picked += 1
-                if picked >= per:
+                if picked >= most:
                     break
         return None
 
