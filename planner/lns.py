@@ -13,9 +13,10 @@ few dozen jobs at a time are solved to optimality by CP-SAT in milliseconds. Eac
 3. CP-SAT from the current groups as hint; a cheaper answer replaces them once ``accept`` agrees
    (the caller checks that every new group has a timetable and bans those that have none).
 
-Measured on the 300-job BL and Mixed masters of bench/planner_scale.py: from the dive's plan
-(2-4 % above the LP bound), 10 s of this reached 1.4-2.0 %, 14 s of CBC over every column
-2.0-2.3 %.
+Measured on the 300-job BL s1 and Mixed s3 masters of bench/planner_scale.py: from the dive's plan
+(3.4 % and 4.1 % above the LP bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every
+column 2.0-3.0 % and 2.3 %. On 100 RH jobs it finds little (few whole columns lie inside 30 of
+those jobs): there CBC over every column did better, given 10 s.
 """
 
 from __future__ import annotations
