@@ -61,9 +61,11 @@ class LpMaster:
         self.job_ids, self.topo, self.penalty = job_ids, topo, penalty
         self.nodes = {c: spec.nodes for c, spec in topo.clusters.items()}
         self.columns: list[Column] = []
+        self.last_x: list[float] = []  # the last optimal solution (``solve``)
         self._build()
 
     def _build(self) -> None:
+        fixed = [i for i, var in enumerate(getattr(self, "vars", [])) if var.lb() > 0]  # the dive's fixings stay
         self.solver = pywraplp.Solver.CreateSolver("GLOP")
         self.cover = {j: self.solver.Constraint(1, 1, f"job{j}") for j in self.job_ids}
         self.capacity = {c: self.solver.Constraint(-self.solver.infinity(), n, f"nodes.{c}")
@@ -79,6 +81,8 @@ class LpMaster:
         columns, self.columns = self.columns, []
         for column in columns:
             self.add(column)
+        for i in fixed:
+            self.vars[i].SetLb(1)
 
     def add(self, column: Column) -> None:
         self.columns.append(column)
@@ -90,16 +94,25 @@ class LpMaster:
         self.objective.SetCoefficient(var, column.objective)
         self.vars.append(var)
 
-    def solve(self) -> tuple[float, dict[int, float], dict[str, float]]:
-        status = self.solver.Solve()
+    def solve(self, deadline: float | None = None) -> tuple[float, dict[int, float], dict[str, float]]:
+        """Optimal value and duals; ``LpTrouble`` when GLOP fails twice (or runs past ``deadline``)."""
+        status = self._solve(deadline)
+        if status != pywraplp.Solver.OPTIMAL and deadline is not None and time.perf_counter() >= deadline:
+            raise LpTrouble("LP master out of time")
         if status != pywraplp.Solver.OPTIMAL:  # numerical trouble after many incremental changes:
             self._build()  # the same LP, built afresh
-            status = self.solver.Solve()
+            status = self._solve(deadline)
         if status != pywraplp.Solver.OPTIMAL:
             raise LpTrouble(f"LP master not optimal (GLOP status {status})")
         pi = {j: row.dual_value() for j, row in self.cover.items()}
         mu = {c: min(0.0, row.dual_value()) for c, row in self.capacity.items()}
+        self.last_x = self.values()
         return self.objective.Value(), pi, mu
+
+    def _solve(self, deadline: float | None) -> int:
+        left_ms = 10**9 if deadline is None else max(1, int(1000 * (deadline - time.perf_counter())))
+        self.solver.SetTimeLimit(left_ms)  # set every time: a limit stays on the solver otherwise
+        return self.solver.Solve()
 
     def values(self) -> list[float]:
         return [v.solution_value() for v in self.vars]
@@ -122,23 +135,27 @@ class LpMaster:
         rounds follow every fixing: the columns that complete the partial plan then exist. When the
         rounds so far show that this pace would not end in time, it fixes more per round, so that
         it ends with a plan rather than out of time. Returns the chosen columns, or None when time ran
-        out. Leaves the fixings in place."""
+        out or GLOP failed; ``last_x`` then holds the last LP solution, fixings included. Leaves the
+        fixings in place."""
+        try:
+            return self._dive(deadline, per, price)
+        except LpTrouble:
+            return None
+
+    def _dive(self, deadline: float, per: int, price) -> list[int] | None:
         started, rounds = time.perf_counter(), 0
         while time.perf_counter() < deadline:
-            if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
-                return None
+            self.solve(deadline)
             if price is not None:
-                taken = {j for i, v in enumerate(self.values()) if v >= 1 - 1e-6 for j in self.columns[i].jobs}
+                taken = {j for i, v in enumerate(self.last_x) if v >= 1 - 1e-6 for j in self.columns[i].jobs}
                 for _ in range(3):
-                    _, pi, mu = self.solve()
-                    fresh = price(pi, mu, taken)
+                    fresh = price(*self.solve(deadline)[1:], taken)
                     if not fresh:
                         break
                     for column in fresh:
                         self.add(column)
-                if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
-                    return None
-            x = self.values()
+                self.solve(deadline)
+            x = self.last_x
             fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
             if not fractional:
                 return [i for i, v in enumerate(x) if v > 0.5]

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from ortools.linear_solver import pywraplp
 
 from planner.api import make_plan
 from planner.check import assert_valid
@@ -151,6 +152,65 @@ def test_dive_prices_the_jobs_its_fixings_leave():
     # Pricing ran after fixings, for fewer jobs each time (the fixed ones left out).
     assert len(fixed_sets) >= 2 and all(a <= b for a, b in zip(fixed_sets, fixed_sets[1:]))
     assert 0 < len(fixed_sets[0]) < len(builder.job_ids)
+
+
+def _lp_with_groups(n=30, seed=5):
+    jobs = generate("BL", n, seed)
+    model, builder = builder_for(jobs)
+    lp = LpMaster(builder.job_ids, TESTBED, reject_penalty(TESTBED))
+    for column in (_candidate_column(c, {}) for c in _singletons(builder)):
+        lp.add(column)
+    seen = {c.key for c in lp.columns}
+    for _ in range(5):
+        _, pi, mu = lp.solve()
+        for column in (_candidate_column(cand, {}) for cand in price_greedy(builder, pi, mu, extra={})):
+            if column.key not in seen:
+                seen.add(column.key)
+                lp.add(column)
+    return builder, lp
+
+
+def _glop_fails(lp, on_calls):
+    """GLOP answers ABNORMAL (numerical trouble, seen at 300 RH jobs) on the given solve calls."""
+    real, fixed = lp._solve, []  # fixed: the fixed columns at each call
+
+    def solve(deadline):
+        fixed.append({i for i, v in enumerate(lp.vars) if v.lb() > 0})
+        return pywraplp.Solver.ABNORMAL if len(fixed) in on_calls else real(deadline)
+
+    lp._solve = solve
+    return fixed
+
+
+def test_lp_rebuilt_after_trouble_keeps_the_dives_fixings():
+    # One failed solve mid-dive: the LP is built afresh, with the columns fixed so far still fixed,
+    # and the dive ends on a plan that contains them.
+    _, lp = _lp_with_groups()
+    fixed = _glop_fails(lp, {3})
+    chosen = lp.dive(time.perf_counter() + 30, per=2)
+    assert chosen is not None
+    assert len(fixed[2]) >= 2 and fixed[3] == fixed[2]  # the third solve failed; the fourth is afresh
+    assert fixed[2] <= set(chosen)
+    assert sorted(j for i in chosen for j in lp.columns[i].jobs) == sorted(lp.job_ids)
+
+
+def test_dive_that_glop_fails_leaves_its_last_solution_with_its_fixings():
+    # GLOP fails from the third solve on (twice per solve: as it is, then built afresh): the dive
+    # gives up without raising, and ``last_x`` is the LP solution of its second round (what the
+    # planner rounds instead): its columns at one are fixed, and so are up to two of its
+    # fractional ones, the round's picks.
+    _, lp = _lp_with_groups()
+    _glop_fails(lp, set(range(3, 100)))
+    assert lp.dive(time.perf_counter() + 30, per=2) is None
+    fixed = {i for i, v in enumerate(lp.vars) if v.lb() > 0}
+    whole = {i for i, x in enumerate(lp.last_x) if x >= 1 - 1e-6}
+    assert whole and whole <= fixed
+    assert 1 <= len(fixed - whole) <= 2 and all(0 < lp.last_x[i] < 1 for i in fixed - whole)
+    cover = {j: 0.0 for j in lp.job_ids}
+    for i, x in enumerate(lp.last_x):
+        for j in lp.columns[i].jobs:
+            cover[j] += x
+    assert max(cover.values()) <= 1 + 1e-6
 
 
 @pytest.mark.parametrize("seed", [1, 2])
