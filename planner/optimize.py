@@ -454,8 +454,10 @@ def _reduced_cost(column: Column, state: LpState) -> float:
 
 
 def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -> Incumbent:
-    """A plan from the LP solution: its columns by decreasing value while they fit, then each job left
-    over in its cheapest single-job column that still fits (else rejected)."""
+    """A plan from the LP solution: its columns by decreasing value while they fit, then columns of
+    jobs left over only, cheapest per job first (a dive cut short leaves many: alone, each would
+    pay a whole training node), then each job still left in its cheapest single-job column that
+    still fits (else rejected)."""
     left = {c: spec.nodes for c, spec in topo.clusters.items()}
     covered: set[int] = set()
     chosen: list[int] = []
@@ -473,6 +475,11 @@ def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -
 
     for i in sorted(range(len(state.x)), key=lambda i: -state.x[i]):
         if state.x[i] < 1e-6:
+            break
+        take(i)
+    for i in sorted((i for i, col in enumerate(columns) if len(col.jobs) > 1 and not col.pinned),
+                    key=lambda i: columns[i].objective / len(columns[i].jobs)):
+        if len(covered) == len(job_ids):
             break
         take(i)
     singles: dict[int, list[int]] = {}
