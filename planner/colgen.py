@@ -61,7 +61,7 @@ class LpMaster:
         self.job_ids, self.topo, self.penalty = job_ids, topo, penalty
         self.nodes = {c: spec.nodes for c, spec in topo.clusters.items()}
         self.columns: list[Column] = []
-        self.last_x: list[float] = []  # the last optimal solution (``solve``)
+        self.last_x: list[float] = []  # the dive's last LP solution
         self._build()
 
     def _build(self, lenient: bool = False) -> None:
@@ -111,7 +111,6 @@ class LpMaster:
             raise LpTrouble(f"LP master not optimal (GLOP status {status})")
         pi = {j: row.dual_value() for j, row in self.cover.items()}
         mu = {c: min(0.0, row.dual_value()) for c, row in self.capacity.items()}
-        self.last_x = self.values()
         return self.objective.Value(), pi, mu
 
     def _solve(self, deadline: float | None) -> int:
@@ -150,17 +149,17 @@ class LpMaster:
     def _dive(self, deadline: float, per: int, price) -> list[int] | None:
         started, rounds = time.perf_counter(), 0
         while time.perf_counter() < deadline:
-            self.solve(deadline)
+            _, pi, mu = self.solve(deadline)
             if price is not None:
-                taken = {j for i, v in enumerate(self.last_x) if v >= 1 - 1e-6 for j in self.columns[i].jobs}
+                taken = {j for i, v in enumerate(self.values()) if v >= 1 - 1e-6 for j in self.columns[i].jobs}
                 for _ in range(3):
-                    fresh = price(*self.solve(deadline)[1:], taken)
+                    fresh = price(pi, mu, taken)
                     if not fresh:
                         break
                     for column in fresh:
                         self.add(column)
-                self.solve(deadline)
-            x = self.last_x
+                    _, pi, mu = self.solve(deadline)
+            x = self.last_x = self.values()
             fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
             if not fractional:
                 return [i for i, v in enumerate(x) if v > 0.5]

@@ -72,3 +72,29 @@ def test_never_dearer_than_the_start_and_stops_at_the_deadline():
                    deadline=started + 0.5)
     assert time.perf_counter() - started < 1.5
     assert sorted(best.columns) == [0, 1, 2, 3] and best.objective == pytest.approx(40.0)
+
+
+class _Model:  # what the search reads of a planning model when timetables are stubbed below
+    topology = TESTBED
+
+
+def test_parallel_search_merges_the_workers_plans_and_bans(monkeypatch):
+    # Two forked searches per epoch. Pair (0, 1) has no timetable (its check fails in a worker):
+    # the parent learns of it (banned, its timetable kept) and the best plan uses pair (2, 3).
+    import planner.optimize as optimize
+    from planner.timetable import Timetable
+
+    def timetabled(model, columns, new, timetables, deadline, threads):
+        for i in new:
+            timetables.setdefault(i, Timetable("INFEASIBLE" if i == 4 else "FEASIBLE"))
+        return all(timetables[i].ok for i in new)
+
+    monkeypatch.setattr(optimize, "_timetabled", timetabled)
+    columns = master([(0, 1), (2, 3)])
+    setup = (_Model(), columns, list(range(4)), PENALTY, [], {})
+    banned, timetables = set(), {}
+    best = optimize._parallel_search(setup, Incumbent([0, 1, 2, 3], [], 40.0), banned, timetables,
+                                     time.perf_counter() + 2.5, workers=2, seed=0)
+    assert sorted(best.columns) == [0, 1, 5]
+    assert best.objective == pytest.approx(32.0)
+    assert 4 in banned and not timetables[4].ok and timetables[5].ok
