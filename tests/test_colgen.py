@@ -115,23 +115,30 @@ def test_lagrangian_bound_is_the_lp_value_at_the_optimum():
     assert value + max_groups(TESTBED, len(builder.job_ids)) * pr.rc_lower_bound == pytest.approx(value, abs=1e-3)
 
 
-def test_dive_prices_the_jobs_its_fixings_leave():
-    # The LP starts with single-job columns and five rounds of greedy pricing; the dive's pricing
-    # rounds bring more groups, each of jobs not fixed yet, and it ends on an integral plan cheaper
-    # than every job alone.
-    jobs = generate("BL", 30, 5)
+def _lp_with_groups(n=30, seed=5):
+    """An LP over every job alone and five rounds of greedy pricing (BL jobs on the testbed)."""
+    jobs = generate("BL", n, seed)
     model, builder = builder_for(jobs)
     lp = LpMaster(builder.job_ids, TESTBED, reject_penalty(TESTBED))
-    singles = [_candidate_column(c, {}) for c in _singletons(builder)]
-    for column in singles:
+    for column in (_candidate_column(c, {}) for c in _singletons(builder)):
         lp.add(column)
-    seen = {c.key for c in singles}
+    seen = {c.key for c in lp.columns}
     for _ in range(5):
         _, pi, mu = lp.solve()
         for column in (_candidate_column(cand, {}) for cand in price_greedy(builder, pi, mu, extra={})):
             if column.key not in seen:
                 seen.add(column.key)
                 lp.add(column)
+    return builder, lp
+
+
+def test_dive_prices_the_jobs_its_fixings_leave():
+    # The LP starts with single-job columns and five rounds of greedy pricing; the dive's pricing
+    # rounds bring more groups, each of jobs not fixed yet, and it ends on an integral plan cheaper
+    # than every job alone.
+    builder, lp = _lp_with_groups()
+    singles = lp.columns[:len(_singletons(builder))]  # the single-job columns come first
+    seen = {c.key for c in lp.columns}
     fixed_sets = []
 
     def price(pi, mu, taken):
@@ -152,22 +159,6 @@ def test_dive_prices_the_jobs_its_fixings_leave():
     # Pricing ran after fixings, for fewer jobs each time (the fixed ones left out).
     assert len(fixed_sets) >= 2 and all(a <= b for a, b in zip(fixed_sets, fixed_sets[1:]))
     assert 0 < len(fixed_sets[0]) < len(builder.job_ids)
-
-
-def _lp_with_groups(n=30, seed=5):
-    jobs = generate("BL", n, seed)
-    model, builder = builder_for(jobs)
-    lp = LpMaster(builder.job_ids, TESTBED, reject_penalty(TESTBED))
-    for column in (_candidate_column(c, {}) for c in _singletons(builder)):
-        lp.add(column)
-    seen = {c.key for c in lp.columns}
-    for _ in range(5):
-        _, pi, mu = lp.solve()
-        for column in (_candidate_column(cand, {}) for cand in price_greedy(builder, pi, mu, extra={})):
-            if column.key not in seen:
-                seen.add(column.key)
-                lp.add(column)
-    return builder, lp
 
 
 def _glop_fails(lp, on_calls):
