@@ -22,6 +22,7 @@ so the master places as many jobs as it can and then minimises cost.
 from __future__ import annotations
 
 import math
+import random
 import time
 import warnings
 from dataclasses import dataclass
@@ -131,7 +132,13 @@ class LpMaster:
             return per
         return max(per, math.ceil(open_jobs / (size * max(1.0, 0.8 * left_s / max(round_s, 1e-3)))))
 
-    def dive(self, deadline: float, per: int = 1, price=None) -> list[int] | None:
+    def unfix(self) -> None:
+        """Undo a dive's fixings (its columns stay)."""
+        for var in self.vars:
+            if var.lb() > 0:
+                var.SetLb(0)
+
+    def dive(self, deadline: float, per: int = 1, price=None, noise: float = 0.0, seed: int = 0) -> list[int] | None:
         """Round the LP by diving: fix the columns at one and the largest fractional one, solve
         again (warm), until the solution is integral. Up to ``per`` fractional columns are fixed at a
         time, pairwise disjoint and within the node counts, so the fixings stay feasible. With
@@ -140,13 +147,14 @@ class LpMaster:
         rounds so far show that this pace would not end in time, it fixes more per round, so that
         it ends with a plan rather than out of time. Returns the chosen columns, or None when time ran
         out or GLOP failed; ``last_x`` then holds the last LP solution, fixings included. Leaves the
-        fixings in place."""
+        fixings in place. With ``noise`` > 0 the fractional columns are ranked by their value times a
+        random factor in [1, 1 + noise) (seeded): another dive from the same LP."""
         try:
-            return self._dive(deadline, per, price)
+            return self._dive(deadline, per, price, random.Random(seed), noise)
         except LpTrouble:
             return None
 
-    def _dive(self, deadline: float, per: int, price) -> list[int] | None:
+    def _dive(self, deadline: float, per: int, price, rng: random.Random, noise: float) -> list[int] | None:
         started, rounds = time.perf_counter(), 0
         while time.perf_counter() < deadline:
             _, pi, mu = self.solve(deadline)
@@ -176,7 +184,8 @@ class LpMaster:
             most = self._pace(per, len(self.job_ids) - len(taken), [self.columns[i] for i in fixed],
                               (time.perf_counter() - started) / rounds, deadline - time.perf_counter())
             picked = 0
-            for i in sorted(fractional, key=lambda i: -x[i]):
+            rank = {i: x[i] * (1 + noise * rng.random()) for i in fractional}
+            for i in sorted(fractional, key=lambda i: -rank[i]):
                 col = self.columns[i]
                 if taken.intersection(col.jobs) or any(nodes.get(c, 0) + n > self.nodes[c] for c, n in col.nodes):
                     continue

@@ -29,8 +29,11 @@ With rejections the bound is on plans that place as many jobs.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;
-that plan is the hint of the integer master. A dive cut short (time, or GLOP failing twice) is
-completed by rounding its last LP solution, the jobs left over covered by groups of their own.
+that plan is the hint of the integer master. For a third of the dive's time more it dives again
+from the same LP, ranking the fractional columns by value times a random factor, and keeps the
+cheapest plan.
+A dive cut short (time, or GLOP failing twice) is completed by rounding its last LP solution, the
+jobs left over covered by groups of their own.
 
 Time: enumeration <= 10 %, column generation <= 60 % of the limit, the dive <= 15 %, the integer
 master up to 88 % (CBC may overrun its limit by a second while it stops), the timetables the rest
@@ -66,6 +69,7 @@ LNS_SHARE = 0.75  # of a large master's time, the neighbourhood search's (planne
 # A master of at most this many columns is solved whole by CBC, all its time: on 100 RH jobs (5,800
 # columns) 10 s of it reached 1.2 % above the LP, where the restricted master and the search stayed at 5 %.
 WHOLE_MASTER = 8_000
+DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
@@ -435,11 +439,29 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
             pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
             return [c for c in (_candidate_column(cand, charge) for cand in price_greedy(builder, pi, mu, extra=charge))
                     if add(c)]
-        state.dive = lp.dive(time.perf_counter() + dive_s, per=max(1 + len(lp.columns) // 8000, len(job_ids) // 60),
-                             price=dive_price if price else None)
+        # Then, while a third of the dive's time lasts, dive again from the same LP with the ranking
+        # perturbed (the columns priced so far stay); the cheapest plan is kept.
+        end, per = time.perf_counter() + dive_s, max(1 + len(lp.columns) // 8000, len(job_ids) // 60)
+        best_cost, attempt = math.inf, 0
+        while True:
+            began = time.perf_counter()
+            chosen = lp.dive(end, per=per, price=dive_price if price else None,
+                             noise=0.0 if attempt == 0 else DIVE_NOISE, seed=attempt)
+            if chosen is None:
+                break
+            covered = {j for i in chosen for j in columns[i].jobs}
+            cost = _objective(columns, Incumbent(chosen, [j for j in job_ids if j not in covered]), penalty)
+            if cost < best_cost - 1e-6:
+                state.dive, best_cost = chosen, cost
+            if attempt == 0:  # more dives for a third of the dive's time at most: the master needs the rest
+                end = min(end, time.perf_counter() + dive_s / 3)
+            attempt += 1
+            lp.unfix()
+            if end - time.perf_counter() < 1.5 * (time.perf_counter() - began):
+                break
         if state.dive is None:  # out of time: round the dive's last LP (its fixings first) instead
             state.x = lp.last_x[:len(columns)]
-        say(f"LP dive: {'out of time' if state.dive is None else 'done'}")
+        say(f"LP dive: {'out of time' if state.dive is None else f'{attempt} dive(s), best ${best_cost:,.2f}'}")
     return (best if best > -math.inf else None), state
 
 

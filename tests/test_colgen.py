@@ -161,6 +161,21 @@ def test_dive_prices_the_jobs_its_fixings_leave():
     assert 0 < len(fixed_sets[0]) < len(builder.job_ids)
 
 
+def test_dives_again_from_the_same_lp_with_perturbed_rankings():
+    # ``unfix`` undoes a dive's fixings; a dive with noise ranks the fractional columns by value times
+    # a seeded random factor. Every dive covers each job once; the seeds lead to different plans.
+    _, lp = _lp_with_groups()
+    plans = []
+    for seed in range(4):
+        chosen = lp.dive(time.perf_counter() + 30, per=1, noise=0.0 if seed == 0 else 0.5, seed=seed)
+        assert chosen is not None
+        assert sorted(j for i in chosen for j in lp.columns[i].jobs) == sorted(lp.job_ids)
+        plans.append(frozenset(chosen))
+        lp.unfix()
+        assert all(v.lb() == 0 for v in lp.vars)
+    assert len(set(plans)) >= 2
+
+
 def _glop_fails(lp, on_calls):
     """GLOP answers ABNORMAL (numerical trouble, seen at 300 RH jobs) on the given solve calls."""
     real, fixed = lp._solve, []  # fixed: the fixed columns at each call
