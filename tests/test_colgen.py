@@ -18,7 +18,8 @@ from planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty
 from planner.columns import template_column
 from planner.model import PlanningModel
 from planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
-from planner.optimize import LpState, _candidate_column, _round_lp, _singletons, plan_optimal
+from planner.columns import Column
+from planner.optimize import CG_GAP, LpState, _candidate_column, _merge_dives, _round_lp, _singletons, plan_optimal
 from planner.pricing import price_exact
 from profiles.generators import generate
 from profiles.jobs import jobs_from_data
@@ -174,6 +175,31 @@ def test_dives_again_from_the_same_lp_with_perturbed_rankings():
         lp.unfix()
         assert all(v.lb() == 0 for v in lp.vars)
     assert len(set(plans)) >= 2
+
+
+def test_merging_dives_combines_their_groups():
+    # Two dives of $22 each: {0,1} at $10 with {2,3} at $12, and {0,1} at $12 with {2,3} at $10.
+    # Their merge takes the cheaper group of each pair: $20.
+    node = (("rollout", 1),)
+    columns = [Column((0, 1), node, 10.0), Column((2, 3), node, 12.0), Column((0, 1), node, 12.0),
+               Column((2, 3), node, 10.0), Column((0, 2), node, 1.0)]  # the last one in no dive, not in the LP
+    state = LpState(0.0, {}, {}, x=[0.5, 0.5, 0.5, 0.5, 0.0], dives=[[0, 1], [2, 3]])
+    merged = _merge_dives(columns, state, [0, 1, 2, 3], TESTBED, reject_penalty(TESTBED), [], threads=1)
+    assert sorted(merged.columns) == [0, 3] and merged.rejected == []
+    state.dives = state.dives[:1]
+    assert _merge_dives(columns, state, [0, 1, 2, 3], TESTBED, reject_penalty(TESTBED), [], threads=1) is None
+
+
+def test_column_generation_stops_near_the_lp_and_still_collects_near_columns():
+    jobs = generate("Mixed", 10, 1)
+    said = []
+    result = plan_optimal(PlanningModel(TESTBED, jobs), time_limit_s=60, enumeration_budget=0, progress=said.append)
+    assert result.mode == "colgen"
+    lp_value = result.stats["lp_value"]
+    assert result.plan.lower_bound_usd_per_hour >= (1 - CG_GAP) * lp_value - 1e-6
+    assert result.plan.lower_bound_usd_per_hour <= result.plan.cost_usd_per_hour + 1e-6
+    assert any(msg.startswith("columns near the LP optimum") for msg in said)
+    assert_valid(result.plan, TESTBED, jobs)
 
 
 def _glop_fails(lp, on_calls):
