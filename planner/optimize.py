@@ -22,16 +22,18 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   master of more than 3,000 columns is then solved by CBC like a column-generation master);
 - otherwise: column generation's Lagrangian bound at its last complete pricing (LP value plus the
   per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
-  pricing proves that no column improves);
+  pricing proves that no column improves; column generation stops once it is within ``CG_GAP``);
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)`` nor the packing
   bound (nodes as bins, dual feasible functions: planner/optimal.py).
 With rejections the bound is on plans that place as many jobs.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;
-that plan is the hint of the integer master. For a third of the dive's time more it dives again
-from the same LP, ranking the fractional columns by value times a random factor, and keeps the
-cheapest plan.
+that plan is the hint of the integer master. Then it dives again from the same LP, ranking the
+fractional columns by value times a random factor: for the rest of the dive's time when the master
+is solved whole, else for a third of it more. CP-SAT merges every dive's plan (the cheapest plan
+over the union of their columns and the LP's support, within a second) for a master solved whole;
+a larger one keeps the cheapest dive and leaves the rest to the neighbourhood search.
 A dive cut short (time, or GLOP failing twice) is completed by rounding its last LP solution, the
 jobs left over covered by groups of their own.
 
