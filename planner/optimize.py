@@ -568,10 +568,21 @@ def _merge_dives(columns: list[Column], state: "LpState", job_ids: list[int], to
 def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent,
                keep_at_most: int | None = RESTRICTED_MASTER) -> set[int]:
     """Columns the integer master may ignore: a plan better than ``upper`` uses only columns of reduced
-    cost at most ``upper - LP`` (exact); beyond that, only the ``keep_at_most`` of least reduced cost
-    stay (a heuristic that keeps the master fast; the bound does not depend on it)."""
+    cost at most ``upper - LP - gain`` (exact); beyond that, only the ``keep_at_most`` of least reduced
+    cost stay (a heuristic that keeps the master fast; the bound does not depend on it).
+
+    ``gain``: a plan costs the LP value plus its columns' reduced costs, so a column is ruled out by
+    its own reduced cost only if no other column has a negative one. The dives price columns after
+    the LP was solved, which may have; each job lies in one column of a plan, so together they lower
+    a plan's cost by at most the sum over jobs of the least per-member share of a negative reduced cost."""
     rc = {i: _reduced_cost(col, state) for i, col in enumerate(columns)}
-    keep = sorted((i for i, r in rc.items() if r <= upper - state.value + 1e-6), key=lambda i: rc[i])
+    share: dict[int, float] = {}
+    for i, r in rc.items():
+        if r < 0:
+            for j in columns[i].jobs:
+                share[j] = min(share.get(j, 0.0), r / len(columns[i].jobs))
+    slack = upper - state.value - sum(share.values())
+    keep = sorted((i for i, r in rc.items() if r <= slack + 1e-6), key=lambda i: rc[i])
     singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1}
     keep = set(keep[:keep_at_most] if keep_at_most is not None else keep) | set(hint.columns) | singles
     return {i for i in rc if i not in keep}

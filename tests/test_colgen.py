@@ -18,8 +18,9 @@ from planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty
 from planner.columns import template_column
 from planner.model import PlanningModel
 from planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
-from planner.columns import Column
-from planner.optimize import CG_GAP, LpState, _candidate_column, _merge_dives, _round_lp, _singletons, plan_optimal
+from planner.columns import Column, Incumbent
+from planner.optimize import (CG_GAP, LpState, _candidate_column, _merge_dives, _price_out, _round_lp, _singletons,
+                              plan_optimal)
 from planner.pricing import price_exact
 from profiles.generators import generate
 from profiles.jobs import jobs_from_data
@@ -188,6 +189,18 @@ def test_merging_dives_combines_their_groups():
     assert sorted(merged.columns) == [0, 3] and merged.rejected == []
     state.dives = state.dives[:1]
     assert _merge_dives(columns, state, [0, 1, 2, 3], TESTBED, reject_penalty(TESTBED), [], threads=1) is None
+
+
+def test_price_out_keeps_columns_that_pair_with_a_negative_reduced_cost():
+    # LP $40 with duals $10 per job. The hint {0,1,2,3} costs $40. {0,1} at $14 (reduced cost -6,
+    # priced after the LP) with {2,3} at $22 (reduced cost +2) costs $36: {2,3} must stay although its
+    # reduced cost exceeds upper - LP = 0. Slack: 0 + 3 + 3 (jobs 0 and 1's shares of -6) = 6, so
+    # {0,1,2,3} at $47 (reduced cost 7) goes.
+    node = (("rollout", 1),)
+    columns = [Column((0, 1, 2, 3), node, 40.0), Column((0, 1), node, 14.0), Column((2, 3), node, 22.0),
+               Column((0, 1, 2, 3), node, 47.0)]
+    state = LpState(40.0, {j: 10.0 for j in range(4)}, {}, x=[1.0, 0.0, 0.0, 0.0])
+    assert _price_out(columns, state, 40.0, Incumbent([0], []), keep_at_most=None) == {3}
 
 
 def test_column_generation_stops_near_the_lp_and_still_collects_near_columns():
