@@ -324,7 +324,11 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
 
 
 def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size: int) -> float:
-    """A bin-packing bound, tighter than the work bound when phases are long against their caps.
+    return sum(packing_half_bounds(model, job_ids, max_group_size).values())
+
+
+def packing_half_bounds(model: PlanningModel, job_ids: list[int], max_group_size: int) -> dict[str, float]:
+    """A bin-packing bound per kind of phase (their sum bounds a plan's cost), tighter than the work bound when phases are long against their caps.
 
     Each node of a plan hosts the phases of one group only, every phase once per cycle and the cycle
     within each member's cap ``slo * solo``, so on a node the shares ``x_j = duration_j / cap_j`` sum
@@ -340,12 +344,12 @@ def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size
     options = {kind: {j: phase_options(model, jobs[j], kind) for j in job_ids} for kind in ("rollout", "train")}
     clusters = {kind: {o.cluster for opts in by_job.values() for o in opts} for kind, by_job in options.items()}
     if not job_ids or clusters["rollout"] & clusters["train"]:
-        return 0.0
+        return {"rollout": 0.0, "train": 0.0}
     price = {c.name: c.gpus_per_node * topo.gpu_types[c.gpu_type].usd_per_hour for c in topo.clusters.values()}
     functions = [lambda x, e=e / 100: 1.0 if x > 1 - e else (x if x >= e else 0.0) for e in range(0, 51)]
     functions += [lambda x, q=q: x if abs((q + 1) * x - round((q + 1) * x)) < 1e-12 else math.floor((q + 1) * x) / q
                   for q in range(1, 11)]
-    total = 0.0
+    total = {}
     for kind, by_job in options.items():
         items = []
         for j, opts in by_job.items():
@@ -359,7 +363,7 @@ def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size
             for lam in (0.0, 0.25, 0.5, 0.75, 1.0):
                 value = sum(min(usd * (lam / max_group_size + (1 - lam) * fx) for usd, fx in opts) for opts in shares)
                 best = max(best, value)
-        total += best
+        total[kind] = best
     return total
 
 

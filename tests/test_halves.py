@@ -1,0 +1,108 @@
+"""The plan's two halves packed apart (planner/halves.py): their bound against hand values and
+the enumerated optimum, and the plan built half by half.
+
+Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (8 H20) 14.80 $/h.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+import planner.optimize as optimize
+from planner.check import assert_valid
+from planner.halves import decomposed_plan, half, halves_lower_bound
+from planner.model import PlanningModel
+from planner.optimal import CandidateBuilder, _admissible, packing_half_bounds
+from planner.optimize import plan_optimal
+from profiles.generators import generate
+from profiles.jobs import jobs_from_data
+from topology.topology import load_topology
+
+TESTBED = load_topology("weave-testbed")
+TRAIN_NODE, ROLLOUT_NODE = 8 * 5.28, 8 * 1.85
+
+
+def builder_for(jobs, k=5):
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    return model, CandidateBuilder(model, ids, k)
+
+
+def two_jobs():
+    # Rollout 100 s, train 20 s each; j0's SLO is 4, j1's is 1 (its cap is its solo loop, about
+    # 126 s). Both rollouts (200 s) never fit j1's cap, so they need two rollout nodes; both trains
+    # fit one training node.
+    return jobs_from_data({"jobs": [{"name": f"j{i}", "params_b": 7, "slo": slo,
+                                     "rollout": {"gpus": 8, "gpu_type": "H20", "duration_s": 100, "host_mem_gb": 100},
+                                     "train": {"gpus": 8, "gpu_type": "H800", "duration_s": 20, "host_mem_gb": 100}}
+                                    for i, slo in enumerate((4.0, 1.0))]}, "jobs.yaml")
+
+
+def test_halves_bound_by_hand():
+    model, builder = builder_for(two_jobs())
+    bound, halves = halves_lower_bound(builder, time.perf_counter() + 30)
+    by_kind = {h.kind: h for h in halves}
+    assert by_kind["rollout"].proven and by_kind["train"].proven
+    assert by_kind["rollout"].bound == pytest.approx(2 * ROLLOUT_NODE)
+    assert by_kind["train"].bound == pytest.approx(TRAIN_NODE)
+    assert bound == pytest.approx(TRAIN_NODE + 2 * ROLLOUT_NODE)
+    # The packing bound charges each rollout by its own cap (j0's is four times j1's): it lets the
+    # two share a node, so it is lower.
+    assert packing_half_bounds(model, builder.job_ids, 5)["rollout"] < 2 * ROLLOUT_NODE - 1
+    # The bound is met: one training node and two rollout nodes.
+    exact = plan_optimal(model, time_limit_s=30).plan
+    assert exact.cost_usd_per_hour == pytest.approx(bound)
+
+
+def test_a_bin_holds_at_most_k_jobs():
+    # Ten jobs whose trains all fit one node: with groups of at most 2, the training half needs 5 nodes.
+    jobs = jobs_from_data({"jobs": [{"name": f"j{i}", "params_b": 7, "slo": 4.0,
+                                     "rollout": {"gpus": 8, "gpu_type": "H20", "duration_s": 100, "host_mem_gb": 100},
+                                     "train": {"gpus": 8, "gpu_type": "H800", "duration_s": 5, "host_mem_gb": 100}}
+                                    for i in range(10)]}, "jobs.yaml")
+    _, builder = builder_for(jobs, k=2)
+    result = half(builder, "train").solve(time.perf_counter() + 30)
+    assert result.proven and result.bound == pytest.approx(5 * TRAIN_NODE)
+
+
+@pytest.mark.parametrize("family,seed", [("RH", 1), ("RH", 2), ("TH", 3), ("BL", 4), ("Mixed", 5)])
+def test_halves_bound_never_exceeds_the_optimum(family, seed):
+    jobs = generate(family, 9, seed)
+    model, builder = builder_for(jobs)
+    exact = plan_optimal(model, time_limit_s=60).plan
+    assert exact.solver.status == "OPTIMAL" and not exact.rejected
+    bound, halves = halves_lower_bound(builder, time.perf_counter() + 60)
+    assert all(h.proven for h in halves)
+    assert 0 < bound <= exact.cost_usd_per_hour + 1e-6
+
+
+@pytest.mark.parametrize("family,seed", [("RH", 1), ("Mixed", 2)])
+def test_plan_by_halves_covers_every_job_once(family, seed):
+    jobs = generate(family, 40, seed)
+    _, builder = builder_for(jobs)
+    groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + 20)
+    assert groups
+    covered = Counter(j for g in groups for j in g.jobs)
+    assert set(covered) == set(builder.job_ids) and set(covered.values()) == {1}
+    for g in groups:
+        assert len(g.jobs) <= builder.k
+        assert g.cost == pytest.approx(sum(builder.price[c] * n for c, n in g.nodes))
+    # The rollout classes it starts from cost at least the rollout half's bound.
+    rollout_cost = sum(builder.price[c] * n for g in groups for c, n in g.nodes if c == "rollout")
+    assert rollout_cost >= rollout_bound - 1e-6 > 0
+
+
+def test_optimal_starts_from_the_plan_by_halves_and_reports_its_bound(monkeypatch):
+    monkeypatch.setattr(optimize, "DECOMPOSE_JOBS", 10)
+    jobs = generate("RH", 40, 3)
+    model = PlanningModel(TESTBED, jobs)
+    said: list[str] = []
+    result = plan_optimal(model, time_limit_s=20, enumeration_budget=0, progress=said.append)
+    plan = result.plan
+    assert_valid(plan, TESTBED, jobs)
+    assert any(m.startswith("plan by halves") for m in said)
+    halves = float(next(m for m in said if m.startswith("plan by halves")).rsplit("$", 1)[1].replace(",", ""))
+    assert halves <= plan.lower_bound_usd_per_hour + 1e-6 <= plan.cost_usd_per_hour + 1e-6
