@@ -186,7 +186,9 @@ def _unit_pieces(builder: CandidateBuilder, u: int, unit: list[tuple[int, PhaseO
         loop = max(builder.loop_s(j, t, o) for (j, o), t in zip(unit, trains))
         p = Piece(u, key, key[1], trains[0].nodes, sum(t.duration_s + t.switch_s for t in trains),
                   sum(t.host_mem_gb for t in trains), tuple(jobs), rollout_cost, max(need, loop))
-        if p.need_s <= cap + TOL:
+        # A class of two jobs or more already shares its pool: their trains must fit it too.
+        shared = len(jobs) == 1 or (p.busy_s <= cap + TOL and p.mem_gb <= builder.topo.clusters[key[1]].host_mem_gb)
+        if shared and p.need_s <= cap + TOL:
             found.append(p)
             trains_of[p] = trains
     return found

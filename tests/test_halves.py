@@ -13,10 +13,11 @@ import pytest
 
 import planner.optimize as optimize
 from planner.check import assert_valid
+from planner.columns import FreeNodes, group_timetable, materialize
 from planner.halves import decomposed_plan, half, halves_lower_bound
 from planner.model import PlanningModel
 from planner.optimal import CandidateBuilder, _admissible, packing_half_bounds
-from planner.optimize import plan_optimal
+from planner.optimize import _candidate_column, plan_optimal
 from profiles.generators import generate
 from profiles.jobs import jobs_from_data
 from topology.topology import load_topology
@@ -79,10 +80,10 @@ def test_halves_bound_never_exceeds_the_optimum(family, seed):
     assert 0 < bound <= exact.cost_usd_per_hour + 1e-6
 
 
-@pytest.mark.parametrize("family,seed", [("RH", 1), ("Mixed", 2)])
+@pytest.mark.parametrize("family,seed", [("RH", 1), ("Mixed", 2), ("Mixed", 3), ("BL", 1)])
 def test_plan_by_halves_covers_every_job_once(family, seed):
     jobs = generate(family, 40, seed)
-    _, builder = builder_for(jobs)
+    model, builder = builder_for(jobs)
     groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + 20)
     assert groups
     covered = Counter(j for g in groups for j in g.jobs)
@@ -90,6 +91,13 @@ def test_plan_by_halves_covers_every_job_once(family, seed):
     for g in groups:
         assert len(g.jobs) <= builder.k
         assert g.cost == pytest.approx(sum(builder.price[c] * n for c, n in g.nodes))
+        # Within the group's cap: its pool's trains (a shared pool switches), and its timetable.
+        cap = min(builder.cap[j] for j in g.jobs)
+        key = (g.train.gpu_type, g.train.cluster, g.train.gpus)
+        trains = [next(t for t in builder.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in g.jobs]
+        assert len(g.jobs) == 1 or sum(t.duration_s + t.switch_s for t in trains) <= cap + 1e-6
+        members, _ = materialize(model, _candidate_column(g, {}), FreeNodes(TESTBED))
+        assert group_timetable(model, members, time_limit_s=10, threads=1).ok
     # The rollout classes it starts from cost at least the rollout half's bound.
     rollout_cost = sum(builder.price[c] * n for g in groups for c, n in g.nodes if c == "rollout")
     assert rollout_cost >= rollout_bound - 1e-6 > 0
