@@ -23,9 +23,15 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
 - otherwise: column generation's Lagrangian bound at its last complete pricing (LP value plus the
   per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
   pricing proves that no column improves; column generation stops once it is within ``CG_GAP``);
-- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)`` nor the packing
-  bound (nodes as bins, dual feasible functions: planner/optimal.py).
+- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``, the packing
+  bound (nodes as bins, dual feasible functions: planner/optimal.py) nor, when column generation
+  proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py).
 With rejections the bound is on plans that place as many jobs.
+
+When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
+completes), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
+rollout classes, then those classes packed into training pools) starts the integer master instead:
+there it is 1-3 % cheaper than the dives' plan. Masters whose LP settles keep the dives.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;
@@ -37,8 +43,9 @@ a larger one keeps the cheapest dive and leaves the rest to the neighbourhood se
 A dive cut short (time, or GLOP failing twice) is completed by rounding its last LP solution, the
 jobs left over covered by groups of their own.
 
-Time: enumeration <= 10 %, column generation <= 60 % of the limit, the dive <= 15 %, the integer
-master up to 88 % (CBC may overrun its limit by a second while it stops), the timetables the rest
+Time: enumeration <= 10 %, the plan by halves <= 12 %, column generation until 60 % of the limit,
+the dive <= 15 %, the integer master up to 88 % (CBC may overrun its limit by a second while it
+stops), the timetables the rest
 (most settle at their lower bound in milliseconds); when no plan is verified in time,
 ``NoPlanInTime`` (the API falls back to the weave policy).
 """
@@ -83,8 +90,7 @@ DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times
 # best combination (100 RH jobs s3: 7 dives of $1,920.88 at best merged into $1,878.64, in 0.06 s).
 MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
-DECOMPOSE_JOBS = 150  # jobs from which column generation starts from the plan by halves (planner/halves.py)
-DECOMPOSE_SHARE = 0.12  # of the time limit, the most that plan takes
+DECOMPOSE_SHARE = 0.12  # of the time limit, the most the plan by halves takes (planner/halves.py)
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
 
 
@@ -180,23 +186,6 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     except EnumerationBudget:
         result.mode = "colgen"
         builder.complete = False
-    halves_bound = None  # the halves' bound (planner/halves.py), when column generation may not prove one
-    if result.mode == "colgen" and len(job_ids) >= DECOMPOSE_JOBS:
-        # Half by half: rollout classes, then training pools. On 300 RH jobs, where column
-        # generation does not settle in 30 s, this plan beats the one its dives lead to.
-        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, threads)
-        halves = packing_half_bounds(model, job_ids, max_group_size)
-        halves_bound = max(halves["rollout"], rollout_bound) + halves["train"]
-        chosen = []
-        for cand in groups:
-            column = _candidate_column(cand, charge)
-            add(column)
-            chosen.append(seen[column.key])
-        if chosen and _within_nodes(columns, chosen, topo):
-            covered = {j for i in chosen for j in columns[i].jobs}
-            incumbents.append(Incumbent(chosen, [j for j in job_ids if j not in covered]))
-            say(f"plan by halves: ${_objective(columns, incumbents[-1], penalty):,.2f}, "
-                f"bound by halves ${halves_bound:,.2f}")
     hint = min(incumbents, key=lambda inc: _objective(columns, inc, penalty), default=None)
     banned: set[int] = set()
     large = result.mode == "colgen" or len(columns) > SMALL_MASTER
@@ -207,10 +196,29 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         lagrangian, lp_state = _column_generation(
             model, builder, columns, add, job_ids, charge, penalty, result, deadline=started + 0.6 * time_limit_s,
             threads=threads, say=say, incumbent=_objective(columns, hint, penalty) if hint else None,
-            price=result.mode == "colgen", dive_s=0.15 * time_limit_s, near_s=NEAR_TIME_SHARE * time_limit_s)
+            price=result.mode == "colgen", dive_s=0.15 * time_limit_s, near_s=NEAR_TIME_SHARE * time_limit_s,
+            dive_unproven=False)
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
         say(str(exc))
         result.stats["lp_trouble"] = str(exc)
+    halves_bound = None  # the halves' bound (planner/halves.py), when column generation proved none
+    if result.mode == "colgen" and lagrangian is None and job_ids:
+        # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
+        # plan built half by half (rollout classes, then training pools) is the better start.
+        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, threads)
+        halves = packing_half_bounds(model, job_ids, max_group_size)
+        halves_bound = max(halves["rollout"], rollout_bound) + halves["train"]
+        chosen = []
+        for cand in groups:
+            column = _candidate_column(cand, charge)
+            add(column)
+            chosen.append(seen[column.key])
+        if chosen and _within_nodes(columns, chosen, topo):
+            covered = {j for i in chosen for j in columns[i].jobs}
+            halved = Incumbent(chosen, [j for j in job_ids if j not in covered])
+            say(f"plan by halves: ${_objective(columns, halved, penalty):,.2f}, bound by halves ${halves_bound:,.2f}")
+            if hint is None or _objective(columns, halved, penalty) < _objective(columns, hint, penalty):
+                hint = halved
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
     if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
@@ -233,7 +241,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
             hint = rounded
         if large:  # small complete enumerations keep every column: their master is exact
-            whole = len(columns) <= WHOLE_MASTER
+            # An LP that has not settled guides CBC poorly: the neighbourhood search does better.
+            whole = len(columns) <= WHOLE_MASTER and lagrangian is not None
             priced_out = _price_out(columns, lp_state, _objective(columns, hint, penalty), hint,
                                     keep_at_most=None if whole else RESTRICTED_MASTER)
             banned |= priced_out
@@ -409,9 +418,11 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
 
 
 def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
-                       incumbent: float | None = None, price: bool = True, dive_s: float = 0.0, near_s: float = 0.0):
+                       incumbent: float | None = None, price: bool = True, dive_s: float = 0.0, near_s: float = 0.0,
+                       dive_unproven: bool = True):
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
-    Returns the best Lagrangian bound (None when no pricing was proven)."""
+    Returns the best Lagrangian bound (None when no pricing was proven). Without ``dive_unproven``
+    an LP whose pricing never completed is not dived on (the caller has a better start then)."""
     lp = LpMaster(job_ids, model.topology, penalty)
     for column in columns:
         lp.add(column)
@@ -494,6 +505,9 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         # third of it, as its neighbourhood search improves plans faster than more dives.
         end, per = time.perf_counter() + dive_s, max(1 + len(lp.columns) // 8000, len(job_ids) // 60)
         best_cost, attempt = math.inf, 0
+        if best == -math.inf and not dive_unproven:
+            say("LP dive: skipped (the LP has not settled)")
+            return None, state
         while True:
             began = time.perf_counter()
             chosen = lp.dive(end, per=per, price=dive_price if price else None,
