@@ -60,7 +60,7 @@ from typing import Callable, Mapping, Sequence
 from planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
-from planner.halves import decomposed_plan
+from planner.halves import decomposed_plan, phases_apart
 from planner.lns import improve
 from planner.model import PlanningModel
 from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
@@ -206,8 +206,9 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
         # plan built half by half (rollout classes, then training pools) is the better start.
         groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, threads)
-        halves = packing_half_bounds(model, job_ids, max_group_size)
-        halves_bound = max(halves["rollout"], rollout_bound) + halves["train"]
+        if phases_apart(builder):
+            halves = packing_half_bounds(model, job_ids, max_group_size)
+            halves_bound = max(halves["rollout"], rollout_bound) + halves["train"]
         chosen = []
         for cand in groups:
             column = _candidate_column(cand, charge)
@@ -216,7 +217,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if chosen and _within_nodes(columns, chosen, topo):
             covered = {j for i in chosen for j in columns[i].jobs}
             halved = Incumbent(chosen, [j for j in job_ids if j not in covered])
-            say(f"plan by halves: ${_objective(columns, halved, penalty):,.2f}, bound by halves ${halves_bound:,.2f}")
+            say(f"plan by halves: ${_objective(columns, halved, penalty):,.2f}, bound by halves "
+                f"${halves_bound or 0.0:,.2f}")
             if hint is None or _objective(columns, halved, penalty) < _objective(columns, hint, penalty):
                 hint = halved
     result.columns = len(columns)

@@ -15,7 +15,7 @@ import pytest
 import planner.optimize as optimize
 from planner.check import assert_valid
 from planner.columns import FreeNodes, group_timetable, materialize
-from planner.halves import decomposed_plan, half, halves_lower_bound
+from planner.halves import decomposed_plan, half, halves_lower_bound, phases_apart
 from planner.model import PlanningModel
 from planner.optimal import CandidateBuilder, _admissible, packing_half_bounds
 from planner.optimize import _candidate_column, plan_optimal
@@ -46,6 +46,7 @@ def two_jobs():
 
 def test_halves_bound_by_hand():
     model, builder = builder_for(two_jobs())
+    assert phases_apart(builder)  # H20 rollouts, H800 trains: the bound applies
     bound, halves = halves_lower_bound(builder, time.perf_counter() + 30)
     by_kind = {h.kind: h for h in halves}
     assert by_kind["rollout"].proven and by_kind["train"].proven
