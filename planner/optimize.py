@@ -386,6 +386,7 @@ def _shared_nodes(columns: list[Column]) -> list[list[int]]:
 
 
 def _within_nodes(columns: list[Column], chosen: list[int], topo) -> bool:
+    """The chosen columns fit every cluster's node count (the plan by halves does not check it)."""
     used: dict[str, int] = {}
     for i in chosen:
         for c, n in columns[i].nodes:
