@@ -8,7 +8,9 @@ between the two leaves two bin-packing problems over the jobs:
   within a node's; a pool of one always fits;
 - rollout classes: at most ``k`` jobs in one cluster on ``max(nodes)`` nodes, their rollouts (and
   warm switches) summed over nodes within the class's node-seconds at the smallest cap, and their
-  host memory within the nodes'; a class of one always fits.
+  host memory within the nodes'; a class of one always fits;
+- in either, each member's own loop (at best, over its other phase's options) within the bin's
+  smallest cap: a group's cap is at most the bin's.
 Every group's pool and classes are such bins (the group's cap is at most any member's, and these
 are necessary conditions of the candidate rules, planner/optimal.py), so a plan placing every job
 costs at least the least cost of the two partitions. Each is bounded by its LP relaxation, solved
@@ -24,7 +26,8 @@ On 300 rollout-heavy jobs (one node per phase) the rollout half is nearly a matc
 three rollouts. Where column generation over whole groups cannot finish its pricing in the time,
 this bound is far tighter than the packing bound, which charges each job by its own cap: $5,480
 against $5,084 on RH-300 s1 (rollout half $2,945.20: 199 nodes, in 0.4 s; the training half's LP
-gives the packing bound's 60 nodes there, in 5-8 s, so the packing bound stands for it).
+60 nodes, in 1-2 s, as the packing bound; on s2 61 nodes, one more than the packing bound). The
+loops make the training half quick: without them its LP took 5-8 s there.
 
 The same machinery packs any *items* whose pieces (alternative options, or a class of jobs with the
 rollout nodes it brings along) cover jobs: ``decomposed_plan`` packs the rollout half's classes into
@@ -99,8 +102,11 @@ def half(builder: CandidateBuilder, kind: str) -> "Packing":
         usable = [(t if kind == "train" else o) for t in builder.train_opts[j] for o in builder.rollout_opts[j]
                   if builder.loop_s(j, t, o) <= builder.cap[j] + TOL]
         for o in dict.fromkeys(usable):
+            # Its own loop on this option (at best) bounds the cap of any group it joins.
+            loop = min(builder.loop_s(j, t, r) for t in builder.train_opts[j] for r in builder.rollout_opts[j]
+                       if (t if kind == "train" else r) == o)
             p = Piece(j, (o.gpu_type, o.cluster, o.gpus) if kind == "train" else o.cluster, o.cluster, o.nodes,
-                      o.duration_s + o.switch_s, o.host_mem_gb)
+                      o.duration_s + o.switch_s, o.host_mem_gb, need_s=loop)
             pieces[j].append(p)
             options[p] = o
     packing = Packing(kind, pieces, builder.cap, builder)
@@ -252,6 +258,7 @@ class Packing:
             for p in ps:
                 self.by_key.setdefault(p.key, []).append(p)
         self.bins: list[tuple[tuple[Piece, ...], float]] = []  # every bin generated, with its cost
+        self.dual: dict[int, float] = {}  # each row's dual at the last LP solved
         self.options: dict[Piece, PhaseOption] = {}  # the phase option of each piece (set by ``half``)
         self._order: dict[tuple, tuple] = {}
 
@@ -284,7 +291,7 @@ class Packing:
                 break
             rounds += 1
             value = objective.Value()
-            dual = {j: row.dual_value() for j, row in cover.items()}
+            dual = self.dual = {j: row.dual_value() for j, row in cover.items()}
             found, leaders = self._price(dual, deadline)
             if leaders is None:  # out of time: no bound from this round
                 break

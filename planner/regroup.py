@@ -1,0 +1,295 @@
+"""Regrouping: a large-neighbourhood search that re-partitions a few groups' jobs exactly.
+
+Where column generation cannot settle (300 rollout-heavy jobs in 30 s) the plan built half by half
+(planner/halves.py) is the start, and it wastes nodes in a way no set of generated columns fixes:
+its rollout classes pair every job that can pair, so groups whose jobs all pair hold four jobs
+(two rollout nodes each) where five jobs, one of them alone on its rollout node, would save a
+training node. Saving one needs five or more groups re-cut at once.
+
+So a window of groups of similar cycle caps (about 35 jobs) is re-partitioned by a compact CP-SAT
+model with the candidate rules of planner/optimal.py, and the result kept when it costs less:
+- ``x[j, g]``: job j in group g (one each, at most ``k`` per group); ``key[g, t]``: the group's
+  training option (one per group, shared by its members); ``c[g]``: the group's cycle cap, at
+  most every member's ``slo * solo`` and at least each member's loop and phase;
+- trains (and warm switches, when shared) within ``c[g]``, their host memory within a node's;
+- rollout nodes: each job leads one (``lead[j]``) or rides on a leader's (``ride[j, i]``, same
+  group and cluster); a node's rollouts (with warm switches when shared) fit ``c[g]``, its host
+  memory a node's;
+- cost: training nodes plus rollout nodes; the window's jobs keep to the nodes free.
+
+It applies where every job has one training and one rollout option of one node each (every
+generator family in bench/planner_scale.py); elsewhere it returns the plan unchanged. Measured on
+300 RH jobs from the plan by halves ($5,733 / $5,820 / $5,686): $5,653 / $5,697 / $5,577 after 20 s.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
+from planner.pricing import _candidate
+
+MS = 1000  # times in whole milliseconds (every duration is already rounded up to them)
+WINDOW_JOBS = 35  # jobs per window: saving a training node needs five or more groups re-cut at once
+SOLVE_S = 1.5  # most seconds per window
+CENT = 100  # costs in cents
+
+
+@dataclass(frozen=True)
+class _Job:
+    train: PhaseOption
+    rollout: PhaseOption
+    cap: int  # slo * solo, ms (rounded down)
+    floor: int  # the least cap of any group holding it: its loop and each phase alone, ms
+
+
+def eligible(builder: CandidateBuilder) -> bool:
+    """Every job has one training and one rollout option, each on one node."""
+    return all(len(builder.train_opts[j]) == 1 and len(builder.rollout_opts[j]) == 1
+               and builder.train_opts[j][0].nodes == 1 and builder.rollout_opts[j][0].nodes == 1
+               for j in builder.job_ids)
+
+
+def regroup(builder: CandidateBuilder, groups: list[Candidate], deadline: float, threads: int = 1,
+            seed: int = 0, others: dict[str, int] | None = None) -> list[Candidate]:
+    """The groups improved window by window until ``deadline`` (unchanged when not ``eligible``);
+    ``others``: nodes per cluster that the plan's other groups hold."""
+    if not groups or not eligible(builder):
+        return groups
+    search = _Search(builder, groups, threads, others or {})
+    rng = random.Random(seed)
+    while time.perf_counter() < deadline - 0.1:
+        window = search.window(rng)
+        better = search.solve(window, min(SOLVE_S, deadline - time.perf_counter()))
+        if better is not None:
+            search.replace(window, better)
+    return [search.candidate(g) for g in search.groups]
+
+
+Group = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # jobs, rollout classes (jobs sharing a node)
+
+
+class _Search:
+    def __init__(self, builder: CandidateBuilder, groups: list[Candidate], threads: int, others: dict[str, int]):
+        self.b = builder
+        self.threads = threads
+        self.jobs = {}
+        for j in builder.job_ids:
+            t, r = builder.train_opts[j][0], builder.rollout_opts[j][0]
+            floor = max(builder.loop_s(j, t, r), t.duration_s, r.duration_s)
+            self.jobs[j] = _Job(t, r, math.floor(builder.cap[j] * MS + 1e-6), math.ceil(floor * MS - 1e-6))
+        self.groups: list[Group] = [(c.jobs, tuple(tuple(c.jobs[i] for i in cls) for cls in c.classes))
+                                    for c in groups]
+        self.node_mem = {c: spec.host_mem_gb for c, spec in builder.topo.clusters.items()}
+        used = dict(others)
+        for g in self.groups:
+            for cluster, n in self._nodes(g).items():
+                used[cluster] = used.get(cluster, 0) + n
+        self.free = {c: spec.nodes - used.get(c, 0) for c, spec in builder.topo.clusters.items()}
+
+    # ----- bookkeeping -------------------------------------------------------------------------
+    def _nodes(self, g: Group) -> dict[str, int]:
+        nodes = {self.jobs[g[0][0]].train.cluster: 1}
+        for cls in g[1]:
+            cluster = self.jobs[cls[0]].rollout.cluster
+            nodes[cluster] = nodes.get(cluster, 0) + 1
+        return nodes
+
+    def cost(self, g: Group) -> float:
+        return sum(self.b.price[c] * n for c, n in self._nodes(g).items())
+
+    def cap(self, g: Group) -> int:
+        return min(self.jobs[j].cap for j in g[0])
+
+    def window(self, rng: random.Random) -> list[int]:
+        """A group (one with room, mostly) and the groups nearest it in cycle cap, randomly spread,
+        up to WINDOW_JOBS jobs."""
+        roomy = {i for i, g in enumerate(self.groups) if len(g[0]) < self.b.k}
+        first = rng.choice(sorted(roomy) if roomy and rng.random() < 0.7 else range(len(self.groups)))
+        at = math.log(self.cap(self.groups[first]))
+        # Half the time the other groups with room come first: merging them saves a training node.
+        pull = 0.5 if rng.random() < 0.5 else 1.0
+        others = sorted((i for i in range(len(self.groups)) if i != first),
+                        key=lambda i: abs(math.log(self.cap(self.groups[i])) - at) * rng.uniform(0.5, 1.5)
+                        * (pull if i in roomy else 1.0))
+        window, size = [first], len(self.groups[first][0])
+        for i in others:
+            if size + len(self.groups[i][0]) <= WINDOW_JOBS:
+                window.append(i)
+                size += len(self.groups[i][0])
+        return window
+
+    def replace(self, window: list[int], better: list[Group]) -> None:
+        for i in window:
+            for c, n in self._nodes(self.groups[i]).items():
+                self.free[c] += n
+        for g in better:
+            for c, n in self._nodes(g).items():
+                self.free[c] -= n
+        self.groups = [g for i, g in enumerate(self.groups) if i not in set(window)] + better
+
+    def candidate(self, g: Group) -> Candidate:
+        jobs = list(g[0])
+        at = {j: i for i, j in enumerate(jobs)}
+        return _candidate(self.b, jobs, self.jobs[jobs[0]].train, [self.jobs[j].rollout for j in jobs],
+                          [[at[j] for j in cls] for cls in g[1]], [0] * len(jobs))
+
+    # ----- the window's model ----------------------------------------------------------------
+    def solve(self, window: list[int], limit_s: float) -> list[Group] | None:
+        """The window's jobs re-partitioned at least cost; None unless cheaper than now and valid."""
+        old = [self.groups[i] for i in window]
+        jobs = sorted(j for g in old for j in g[0])
+        J = self.jobs
+        m = len(old)
+        cp = cp_model.CpModel()
+        x = {(j, g): cp.new_bool_var(f"x{j}_{g}") for j in jobs for g in range(m)}
+        keys = sorted({(J[j].train.gpu_type, J[j].train.cluster, J[j].train.gpus) for j in jobs})
+        key = {(g, t): cp.new_bool_var(f"k{g}_{t}") for g in range(m) for t in range(len(keys))}
+        shared = [cp.new_bool_var(f"s{g}") for g in range(m)]  # two members or more
+        cap = [cp.new_int_var(0, max(J[j].cap for j in jobs), f"c{g}") for g in range(m)]
+        key_of = {j: keys.index((J[j].train.gpu_type, J[j].train.cluster, J[j].train.gpus)) for j in jobs}
+        for j in jobs:
+            cp.add_exactly_one(x[j, g] for g in range(m))
+        for g in range(m):
+            members = [x[j, g] for j in jobs]
+            cp.add(sum(members) <= self.b.k)
+            cp.add(sum(members) <= 1 + (self.b.k - 1) * shared[g])
+            cp.add(sum(key[g, t] for t in range(len(keys))) <= 1)
+            for j in jobs:
+                cp.add_implication(x[j, g], key[g, key_of[j]])
+                cp.add(cap[g] <= J[j].cap).only_enforce_if(x[j, g])
+                cp.add(cap[g] >= J[j].floor).only_enforce_if(x[j, g])
+            busy = sum(_ms(J[j].train.duration_s + J[j].train.switch_s) * x[j, g] for j in jobs)
+            cp.add(busy <= cap[g]).only_enforce_if(shared[g])
+            for t, (_, cluster, _) in enumerate(keys):
+                mem = sum(_gb(J[j].train.host_mem_gb) * x[j, g] for j in jobs if key_of[j] == t)
+                cp.add(mem <= _gb(self.node_mem[cluster]))
+            if g:  # groups are interchangeable: the used ones first
+                cp.add(sum(key[g, t] for t in range(len(keys))) <= sum(key[g - 1, t] for t in range(len(keys))))
+        # Rollout nodes: each job leads one or rides on another's (a node of its group and cluster).
+        lead = {j: cp.new_bool_var(f"l{j}") for j in jobs}
+        ride = {}
+        for j in jobs:
+            for i in jobs:
+                if i != j and self._may_share(i, j):
+                    ride[j, i] = cp.new_bool_var(f"r{j}_{i}")
+        riders = {i: [j for j in jobs if (j, i) in ride] for i in jobs}
+        for j in jobs:
+            cp.add_exactly_one([lead[j]] + [ride[j, i] for i in jobs if (j, i) in ride])
+        busy = {}
+        for i in jobs:
+            ro = J[i].rollout
+            if not riders[i]:
+                continue
+            busy_i = busy[i] = cp.new_bool_var(f"b{i}")  # the node holds riders: its leader switches too
+            for j in riders[i]:
+                cp.add_implication(ride[j, i], lead[i])
+                cp.add_implication(ride[j, i], busy_i)
+                for g in range(m):  # a rider sits in its leader's group
+                    cp.add_bool_or([ride[j, i].Not(), x[i, g].Not(), x[j, g]])
+            load = _ms(ro.duration_s) * lead[i] + _ms(ro.switch_s) * busy_i + sum(
+                _ms(J[j].rollout.duration_s + J[j].rollout.switch_s) * ride[j, i] for j in riders[i])
+            for g in range(m):
+                cp.add(cap[g] >= load).only_enforce_if(x[i, g])
+            cp.add(_gb(ro.host_mem_gb) * lead[i] + sum(_gb(J[j].rollout.host_mem_gb) * ride[j, i] for j in riders[i])
+                   <= _gb(self.node_mem[ro.cluster]))
+        # The window keeps to the nodes it has plus the free ones.
+        clusters = {J[j].rollout.cluster for j in jobs} | {J[j].train.cluster for j in jobs}
+        for cluster in clusters:
+            have = sum(self._nodes(g).get(cluster, 0) for g in old) + self.free[cluster]
+            used = [lead[j] for j in jobs if J[j].rollout.cluster == cluster]
+            used += [key[g, t] for g in range(m) for t, k in enumerate(keys) if k[1] == cluster]
+            cp.add(sum(used) <= have)
+        price = self.b.price
+        cp.minimize(sum(_cents(price[k[1]]) * key[g, t] for g in range(m) for t, k in enumerate(keys))
+                    + sum(_cents(price[J[j].rollout.cluster]) * lead[j] for j in jobs))
+        leader = {j: cls[0] for _, classes in old for cls in classes for j in cls}
+        for g, (members, classes) in enumerate(old):  # the current plan as a complete hint
+            for j in jobs:
+                cp.add_hint(x[j, g], j in members)
+            for t in range(len(keys)):
+                cp.add_hint(key[g, t], t == key_of[members[0]])
+            cp.add_hint(shared[g], len(members) > 1)
+            cp.add_hint(cap[g], min(J[j].cap for j in members))
+        for j in jobs:
+            cp.add_hint(lead[j], leader[j] == j)
+            for i in riders:
+                if (j, i) in ride:
+                    cp.add_hint(ride[j, i], leader[j] == i != j)
+        for i, busy_i in busy.items():
+            cp.add_hint(busy_i, any(leader[j] == i for j in riders[i]))
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.05, limit_s)
+        solver.parameters.num_workers = max(1, self.threads)
+        if solver.solve(cp) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        new: list[Group] = []
+        for g in range(m):
+            members = tuple(j for j in jobs if solver.value(x[j, g]))
+            if members:
+                classes = tuple((i,) + tuple(j for j in riders[i] if solver.value(ride[j, i]))
+                                for i in members if solver.value(lead[i]))
+                new.append((members, classes))
+        if not all(self.valid(g) for g in new):
+            return None
+        new = [self.polish(g) for g in new]
+        return new if sum(map(self.cost, new)) < sum(map(self.cost, old)) - 1e-6 else None
+
+    def polish(self, g: Group) -> Group:
+        """The group's cheapest rollout classes (a model stopped by its time limit may leave a
+        rollout node to spare inside a group)."""
+        configs = self.b._configs(list(g[0]))
+        if configs and configs[0].cost < self.cost(g) - 1e-6:
+            best = configs[0]
+            return best.jobs, tuple(tuple(best.jobs[i] for i in cls) for cls in best.classes)
+        return g
+
+    def _may_share(self, i: int, j: int) -> bool:
+        """Whether j's rollout may ride on i's node: both may share a group (one training option,
+        each one's floor within the other's cap) and their rollouts a node (one cluster, both
+        with warm switches within the smaller cap, host memory within the node's)."""
+        a, b = self.jobs[i], self.jobs[j]
+        cap = min(a.cap, b.cap)
+        return (a.train.gpu_type, a.train.cluster, a.train.gpus) == (b.train.gpu_type, b.train.cluster, b.train.gpus) \
+            and a.rollout.cluster == b.rollout.cluster and max(a.floor, b.floor) <= cap \
+            and _ms(a.rollout.duration_s + a.rollout.switch_s) + _ms(b.rollout.duration_s + b.rollout.switch_s) <= cap \
+            and a.rollout.host_mem_gb + b.rollout.host_mem_gb <= self.node_mem[a.rollout.cluster]
+
+    def valid(self, g: Group) -> bool:
+        """The candidate rules of planner/optimal.py, checked again on the model's answer."""
+        jobs, classes = g
+        b = self.b
+        cap = min(b.cap[j] for j in jobs)
+        shared = len(jobs) > 1
+        trains = [self.jobs[j].train for j in jobs]
+        if len({(t.gpu_type, t.cluster, t.gpus) for t in trains}) > 1 or len(jobs) > b.k:
+            return False
+        if sum(t.duration_s + (t.switch_s if shared else 0) for t in trains) > cap + 1e-9 \
+                or sum(t.host_mem_gb for t in trains) > self.node_mem[trains[0].cluster]:
+            return False
+        if any(b.loop_s(j, self.jobs[j].train, self.jobs[j].rollout) > cap + 1e-9 for j in jobs):
+            return False
+        if sorted(j for cls in classes for j in cls) != sorted(jobs):
+            return False
+        for cls in classes:
+            opts = [self.jobs[j].rollout for j in cls]
+            if len({o.cluster for o in opts}) > 1 or class_layout(opts, cap, self.node_mem[opts[0].cluster]) is None:
+                return False
+        return True
+
+
+def _ms(seconds: float) -> int:
+    return math.ceil(seconds * MS - 1e-6)
+
+
+def _gb(gb: float) -> int:
+    return math.ceil(gb * 10 - 1e-6)  # tenths of a GB, rounded up: never admits more than fits
+
+
+def _cents(usd: float) -> int:
+    return int(round(usd * CENT))
