@@ -57,8 +57,9 @@ def eligible(builder: CandidateBuilder) -> bool:
 
 def regroup(builder: CandidateBuilder, groups: list[Candidate], deadline: float, threads: int = 1,
             seed: int = 0, others: dict[str, int] | None = None) -> list[Candidate]:
-    """The groups improved window by window until ``deadline`` (unchanged when not ``eligible``);
-    ``others``: nodes per cluster that the plan's other groups hold."""
+    """The groups improved window by window until ``deadline``, each with its cheapest rollout
+    classes (unchanged when not ``eligible``); ``others``: nodes per cluster the plan's other
+    groups hold."""
     if not groups or not eligible(builder):
         return groups
     search = _Search(builder, groups, threads, others or {})
@@ -68,7 +69,7 @@ def regroup(builder: CandidateBuilder, groups: list[Candidate], deadline: float,
         better = search.solve(window, min(SOLVE_S, deadline - time.perf_counter()))
         if better is not None:
             search.replace(window, better)
-    return [search.candidate(g) for g in search.groups]
+    return [search.candidate(search.polish(g)) for g in search.groups]
 
 
 Group = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # jobs, rollout classes (jobs sharing a node)
@@ -88,12 +89,12 @@ class _Search:
         self.node_mem = {c: spec.host_mem_gb for c, spec in builder.topo.clusters.items()}
         used = dict(others)
         for g in self.groups:
-            for cluster, n in self._nodes(g).items():
+            for cluster, n in self.nodes_of(g).items():
                 used[cluster] = used.get(cluster, 0) + n
         self.free = {c: spec.nodes - used.get(c, 0) for c, spec in builder.topo.clusters.items()}
 
     # ----- bookkeeping -------------------------------------------------------------------------
-    def _nodes(self, g: Group) -> dict[str, int]:
+    def nodes_of(self, g: Group) -> dict[str, int]:
         nodes = {self.jobs[g[0][0]].train.cluster: 1}
         for cls in g[1]:
             cluster = self.jobs[cls[0]].rollout.cluster
@@ -101,7 +102,7 @@ class _Search:
         return nodes
 
     def cost(self, g: Group) -> float:
-        return sum(self.b.price[c] * n for c, n in self._nodes(g).items())
+        return sum(self.b.price[c] * n for c, n in self.nodes_of(g).items())
 
     def cap(self, g: Group) -> int:
         return min(self.jobs[j].cap for j in g[0])
@@ -126,12 +127,13 @@ class _Search:
 
     def replace(self, window: list[int], better: list[Group]) -> None:
         for i in window:
-            for c, n in self._nodes(self.groups[i]).items():
+            for c, n in self.nodes_of(self.groups[i]).items():
                 self.free[c] += n
         for g in better:
-            for c, n in self._nodes(g).items():
+            for c, n in self.nodes_of(g).items():
                 self.free[c] -= n
-        self.groups = [g for i, g in enumerate(self.groups) if i not in set(window)] + better
+        gone = set(window)
+        self.groups = [g for i, g in enumerate(self.groups) if i not in gone] + better
 
     def candidate(self, g: Group) -> Candidate:
         jobs = list(g[0])
@@ -139,103 +141,13 @@ class _Search:
         return _candidate(self.b, jobs, self.jobs[jobs[0]].train, [self.jobs[j].rollout for j in jobs],
                           [[at[j] for j in cls] for cls in g[1]], [0] * len(jobs))
 
-    # ----- the window's model ----------------------------------------------------------------
+    # ----- one window -------------------------------------------------------------------------
     def solve(self, window: list[int], limit_s: float) -> list[Group] | None:
         """The window's jobs re-partitioned at least cost; None unless cheaper than now and valid."""
         old = [self.groups[i] for i in window]
-        jobs = sorted(j for g in old for j in g[0])
-        J = self.jobs
-        m = len(old)
-        cp = cp_model.CpModel()
-        x = {(j, g): cp.new_bool_var(f"x{j}_{g}") for j in jobs for g in range(m)}
-        keys = sorted({(J[j].train.gpu_type, J[j].train.cluster, J[j].train.gpus) for j in jobs})
-        key = {(g, t): cp.new_bool_var(f"k{g}_{t}") for g in range(m) for t in range(len(keys))}
-        shared = [cp.new_bool_var(f"s{g}") for g in range(m)]  # two members or more
-        cap = [cp.new_int_var(0, max(J[j].cap for j in jobs), f"c{g}") for g in range(m)]
-        key_of = {j: keys.index((J[j].train.gpu_type, J[j].train.cluster, J[j].train.gpus)) for j in jobs}
-        for j in jobs:
-            cp.add_exactly_one(x[j, g] for g in range(m))
-        for g in range(m):
-            members = [x[j, g] for j in jobs]
-            cp.add(sum(members) <= self.b.k)
-            cp.add(sum(members) <= 1 + (self.b.k - 1) * shared[g])
-            cp.add(sum(key[g, t] for t in range(len(keys))) <= 1)
-            for j in jobs:
-                cp.add_implication(x[j, g], key[g, key_of[j]])
-                cp.add(cap[g] <= J[j].cap).only_enforce_if(x[j, g])
-                cp.add(cap[g] >= J[j].floor).only_enforce_if(x[j, g])
-            busy = sum(_ms(J[j].train.duration_s + J[j].train.switch_s) * x[j, g] for j in jobs)
-            cp.add(busy <= cap[g]).only_enforce_if(shared[g])
-            for t, (_, cluster, _) in enumerate(keys):
-                mem = sum(_gb(J[j].train.host_mem_gb) * x[j, g] for j in jobs if key_of[j] == t)
-                cp.add(mem <= _gb(self.node_mem[cluster]))
-            if g:  # groups are interchangeable: the used ones first
-                cp.add(sum(key[g, t] for t in range(len(keys))) <= sum(key[g - 1, t] for t in range(len(keys))))
-        # Rollout nodes: each job leads one or rides on another's (a node of its group and cluster).
-        lead = {j: cp.new_bool_var(f"l{j}") for j in jobs}
-        ride = {}
-        for j in jobs:
-            for i in jobs:
-                if i != j and self._may_share(i, j):
-                    ride[j, i] = cp.new_bool_var(f"r{j}_{i}")
-        riders = {i: [j for j in jobs if (j, i) in ride] for i in jobs}
-        for j in jobs:
-            cp.add_exactly_one([lead[j]] + [ride[j, i] for i in jobs if (j, i) in ride])
-        busy = {}
-        for i in jobs:
-            ro = J[i].rollout
-            if not riders[i]:
-                continue
-            busy_i = busy[i] = cp.new_bool_var(f"b{i}")  # the node holds riders: its leader switches too
-            for j in riders[i]:
-                cp.add_implication(ride[j, i], lead[i])
-                cp.add_implication(ride[j, i], busy_i)
-                for g in range(m):  # a rider sits in its leader's group
-                    cp.add_bool_or([ride[j, i].Not(), x[i, g].Not(), x[j, g]])
-            load = _ms(ro.duration_s) * lead[i] + _ms(ro.switch_s) * busy_i + sum(
-                _ms(J[j].rollout.duration_s + J[j].rollout.switch_s) * ride[j, i] for j in riders[i])
-            for g in range(m):
-                cp.add(cap[g] >= load).only_enforce_if(x[i, g])
-            cp.add(_gb(ro.host_mem_gb) * lead[i] + sum(_gb(J[j].rollout.host_mem_gb) * ride[j, i] for j in riders[i])
-                   <= _gb(self.node_mem[ro.cluster]))
-        # The window keeps to the nodes it has plus the free ones.
-        clusters = {J[j].rollout.cluster for j in jobs} | {J[j].train.cluster for j in jobs}
-        for cluster in clusters:
-            have = sum(self._nodes(g).get(cluster, 0) for g in old) + self.free[cluster]
-            used = [lead[j] for j in jobs if J[j].rollout.cluster == cluster]
-            used += [key[g, t] for g in range(m) for t, k in enumerate(keys) if k[1] == cluster]
-            cp.add(sum(used) <= have)
-        price = self.b.price
-        cp.minimize(sum(_cents(price[k[1]]) * key[g, t] for g in range(m) for t, k in enumerate(keys))
-                    + sum(_cents(price[J[j].rollout.cluster]) * lead[j] for j in jobs))
-        leader = {j: cls[0] for _, classes in old for cls in classes for j in cls}
-        for g, (members, classes) in enumerate(old):  # the current plan as a complete hint
-            for j in jobs:
-                cp.add_hint(x[j, g], j in members)
-            for t in range(len(keys)):
-                cp.add_hint(key[g, t], t == key_of[members[0]])
-            cp.add_hint(shared[g], len(members) > 1)
-            cp.add_hint(cap[g], min(J[j].cap for j in members))
-        for j in jobs:
-            cp.add_hint(lead[j], leader[j] == j)
-            for i in riders:
-                if (j, i) in ride:
-                    cp.add_hint(ride[j, i], leader[j] == i != j)
-        for i, busy_i in busy.items():
-            cp.add_hint(busy_i, any(leader[j] == i for j in riders[i]))
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.05, limit_s)
-        solver.parameters.num_workers = max(1, self.threads)
-        if solver.solve(cp) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
-        new: list[Group] = []
-        for g in range(m):
-            members = tuple(j for j in jobs if solver.value(x[j, g]))
-            if members:
-                classes = tuple((i,) + tuple(j for j in riders[i] if solver.value(ride[j, i]))
-                                for i in members if solver.value(lead[i]))
-                new.append((members, classes))
-        if not all(self.valid(g) for g in new):
+        model = _Window(self, old)
+        new = model.solve(limit_s)
+        if new is None or not all(self.valid(g) for g in new):
             return None
         new = [self.polish(g) for g in new]
         return new if sum(map(self.cost, new)) < sum(map(self.cost, old)) - 1e-6 else None
@@ -249,14 +161,13 @@ class _Search:
             return best.jobs, tuple(tuple(best.jobs[i] for i in cls) for cls in best.classes)
         return g
 
-    def _may_share(self, i: int, j: int) -> bool:
+    def may_share(self, i: int, j: int) -> bool:
         """Whether j's rollout may ride on i's node: both may share a group (one training option,
         each one's floor within the other's cap) and their rollouts a node (one cluster, both
         with warm switches within the smaller cap, host memory within the node's)."""
         a, b = self.jobs[i], self.jobs[j]
         cap = min(a.cap, b.cap)
-        return (a.train.gpu_type, a.train.cluster, a.train.gpus) == (b.train.gpu_type, b.train.cluster, b.train.gpus) \
-            and a.rollout.cluster == b.rollout.cluster and max(a.floor, b.floor) <= cap \
+        return _key(a.train) == _key(b.train) and a.rollout.cluster == b.rollout.cluster and max(a.floor, b.floor) <= cap \
             and _ms(a.rollout.duration_s + a.rollout.switch_s) + _ms(b.rollout.duration_s + b.rollout.switch_s) <= cap \
             and a.rollout.host_mem_gb + b.rollout.host_mem_gb <= self.node_mem[a.rollout.cluster]
 
@@ -281,6 +192,129 @@ class _Search:
             if len({o.cluster for o in opts}) > 1 or class_layout(opts, cap, self.node_mem[opts[0].cluster]) is None:
                 return False
         return True
+
+
+class _Window:
+    """The compact CP-SAT model of one window's groups (see the module docstring)."""
+
+    def __init__(self, search: _Search, old: list[Group]):
+        self.search, self.old = search, old
+        self.J = search.jobs
+        self.jobs = sorted(j for g in old for j in g[0])
+        self.cp = cp_model.CpModel()
+        self._groups()
+        self._rollout_nodes()
+        self._nodes_and_cost()
+        self._hint()
+
+    def _groups(self) -> None:
+        """Membership, training option, cap, trains and their memory per group."""
+        cp, J, jobs, k = self.cp, self.J, self.jobs, self.search.b.k
+        m = len(self.old)
+        self.keys = sorted({_key(J[j].train) for j in jobs})
+        self.key_of = {j: self.keys.index(_key(J[j].train)) for j in jobs}
+        self.x = {(j, g): cp.new_bool_var(f"x{j}_{g}") for j in jobs for g in range(m)}
+        self.key = {(g, t): cp.new_bool_var(f"k{g}_{t}") for g in range(m) for t in range(len(self.keys))}
+        self.shared = [cp.new_bool_var(f"s{g}") for g in range(m)]  # two members or more
+        self.cap = [cp.new_int_var(0, max(J[j].cap for j in jobs), f"c{g}") for g in range(m)]
+        x, key, cap = self.x, self.key, self.cap
+        for j in jobs:
+            cp.add_exactly_one(x[j, g] for g in range(m))
+        for g in range(m):
+            members = [x[j, g] for j in jobs]
+            cp.add(sum(members) <= k)
+            cp.add(sum(members) <= 1 + (k - 1) * self.shared[g])
+            cp.add(sum(key[g, t] for t in range(len(self.keys))) <= 1)
+            for j in jobs:
+                cp.add_implication(x[j, g], key[g, self.key_of[j]])
+                cp.add(cap[g] <= J[j].cap).only_enforce_if(x[j, g])
+                cp.add(cap[g] >= J[j].floor).only_enforce_if(x[j, g])
+            busy = sum(_ms(J[j].train.duration_s + J[j].train.switch_s) * x[j, g] for j in jobs)
+            cp.add(busy <= cap[g]).only_enforce_if(self.shared[g])
+            for t, (_, cluster, _) in enumerate(self.keys):
+                mem = sum(_gb(J[j].train.host_mem_gb) * x[j, g] for j in jobs if self.key_of[j] == t)
+                cp.add(mem <= _gb(self.search.node_mem[cluster]))
+            if g:  # groups are interchangeable: the used ones first
+                cp.add(sum(key[g, t] for t in range(len(self.keys)))
+                       <= sum(key[g - 1, t] for t in range(len(self.keys))))
+
+    def _rollout_nodes(self) -> None:
+        """Each job leads a rollout node or rides on a leader's (same group and cluster); a node's
+        rollouts (warm switches when shared) within its group's cap, its host memory a node's."""
+        cp, J, jobs, x = self.cp, self.J, self.jobs, self.x
+        self.lead = {j: cp.new_bool_var(f"l{j}") for j in jobs}
+        self.ride = {(j, i): cp.new_bool_var(f"r{j}_{i}") for j in jobs for i in jobs
+                     if i != j and self.search.may_share(i, j)}
+        self.riders = {i: [j for j in jobs if (j, i) in self.ride] for i in jobs}
+        self.busy = {}  # leader -> its node holds riders (the leader switches too)
+        lead, ride = self.lead, self.ride
+        for j in jobs:
+            cp.add_exactly_one([lead[j]] + [ride[j, i] for i in jobs if (j, i) in ride])
+        for i, riders in self.riders.items():
+            if not riders:
+                continue
+            ro = J[i].rollout
+            busy = self.busy[i] = cp.new_bool_var(f"b{i}")
+            for j in riders:
+                cp.add_implication(ride[j, i], lead[i])
+                cp.add_implication(ride[j, i], busy)
+                for g in range(len(self.old)):  # a rider sits in its leader's group
+                    cp.add_bool_or([ride[j, i].Not(), x[i, g].Not(), x[j, g]])
+            load = _ms(ro.duration_s) * lead[i] + _ms(ro.switch_s) * busy + sum(
+                _ms(J[j].rollout.duration_s + J[j].rollout.switch_s) * ride[j, i] for j in riders)
+            for g in range(len(self.old)):
+                cp.add(self.cap[g] >= load).only_enforce_if(x[i, g])
+            cp.add(_gb(ro.host_mem_gb) * lead[i] + sum(_gb(J[j].rollout.host_mem_gb) * ride[j, i] for j in riders)
+                   <= _gb(self.search.node_mem[ro.cluster]))
+
+    def _nodes_and_cost(self) -> None:
+        """The window keeps to the nodes it holds plus the free ones; its cost is its nodes'."""
+        cp, J, jobs, m = self.cp, self.J, self.jobs, len(self.old)
+        for cluster in {J[j].rollout.cluster for j in jobs} | {J[j].train.cluster for j in jobs}:
+            have = sum(self.search.nodes_of(g).get(cluster, 0) for g in self.old) + self.search.free[cluster]
+            used = [self.lead[j] for j in jobs if J[j].rollout.cluster == cluster]
+            used += [self.key[g, t] for g in range(m) for t, key in enumerate(self.keys) if key[1] == cluster]
+            cp.add(sum(used) <= have)
+        price = self.search.b.price
+        cp.minimize(sum(_cents(price[key[1]]) * self.key[g, t] for g in range(m) for t, key in enumerate(self.keys))
+                    + sum(_cents(price[J[j].rollout.cluster]) * self.lead[j] for j in jobs))
+
+    def _hint(self) -> None:
+        """The window's current groups, as a complete solution."""
+        cp, J = self.cp, self.J
+        leader = {j: cls[0] for _, classes in self.old for cls in classes for j in cls}
+        for g, (members, _) in enumerate(self.old):
+            for j in self.jobs:
+                cp.add_hint(self.x[j, g], j in members)
+            for t in range(len(self.keys)):
+                cp.add_hint(self.key[g, t], t == self.key_of[members[0]])
+            cp.add_hint(self.shared[g], len(members) > 1)
+            cp.add_hint(self.cap[g], min(J[j].cap for j in members))
+        for j in self.jobs:
+            cp.add_hint(self.lead[j], leader[j] == j)
+        for (j, i), var in self.ride.items():
+            cp.add_hint(var, leader[j] == i)
+        for i, busy in self.busy.items():
+            cp.add_hint(busy, any(leader[j] == i for j in self.riders[i]))
+
+    def solve(self, limit_s: float) -> list[Group] | None:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.05, limit_s)
+        solver.parameters.num_workers = max(1, self.search.threads)
+        if solver.solve(self.cp) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        new: list[Group] = []
+        for g in range(len(self.old)):
+            members = tuple(j for j in self.jobs if solver.value(self.x[j, g]))
+            if members:
+                classes = tuple((i,) + tuple(j for j in self.riders[i] if solver.value(self.ride[j, i]))
+                                for i in members if solver.value(self.lead[i]))
+                new.append((members, classes))
+        return new
+
+
+def _key(option: PhaseOption) -> tuple:
+    return option.gpu_type, option.cluster, option.gpus
 
 
 def _ms(seconds: float) -> int:
