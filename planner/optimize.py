@@ -34,8 +34,8 @@ rollout classes, then those classes packed into training pools) starts the integ
 there it is 1-3 % cheaper than the dives' plan. Where every job has one option of one node per
 phase (planner/regroup.py), column generation that stalls (its LP falling by under 1 % in the last
 tenth of the limit, from 30 % of it on, nothing proven) stops there, and windows of the plan by
-halves are re-cut exactly until 80 % of the limit: on 300 RH jobs that takes it from $5,733 to
-$5,653 (s1). Masters whose LP settles keep the dives.
+halves are re-cut exactly until 80 % of the limit: on 300 RH jobs that takes it from $5,733 /
+$5,820 / $5,686 to $5,638 / $5,682 / $5,592. Masters whose LP settles keep the dives.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;

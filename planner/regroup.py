@@ -19,7 +19,9 @@ model with the candidate rules of planner/optimal.py, and the result kept when i
 
 It applies where every job has one training and one rollout option of one node each (every
 generator family in bench/planner_scale.py); elsewhere it returns the plan unchanged. Measured on
-300 RH jobs from the plan by halves ($5,733 / $5,820 / $5,686): $5,653 / $5,697 / $5,577 after 20 s.
+300 RH jobs (bench/planner_scale.py, 30 s in all, about 13 s of regrouping): from the plan by halves'
+$5,733 / $5,820 / $5,686 to $5,638 / $5,682 / $5,592 (s1-s3), 2-4 training nodes fewer. Windows of
+45 jobs or 3 s per window did no better; 60 s reached $5,562 on s3.
 """
 
 from __future__ import annotations
