@@ -33,9 +33,10 @@ completes), its LP is not dived on; the plan built half by half (planner/halves.
 rollout classes, then those classes packed into training pools) starts the integer master instead:
 there it is 1-3 % cheaper than the dives' plan. Where every job has one option of one node per
 phase (planner/regroup.py), column generation that stalls (its LP falling by under 1 % in the last
-tenth of the limit, from 30 % of it on, nothing proven) stops there, and windows of the plan by
-halves are re-cut exactly until 80 % of the limit: on 300 RH jobs that takes it from $5,733 /
-$5,820 / $5,686 to $5,638 / $5,682 / $5,592. Masters whose LP settles keep the dives.
+7 % of the limit, from 25 % of it on, nothing proven) stops there, and windows of the plan by
+halves are re-cut exactly until 84 % of the limit, every new group timetabled: on 300 RH jobs that
+takes it from $5,733 / $5,820 / $5,686 to $5,638-5,653 / $5,699 / $5,549. Masters whose LP settles
+keep the dives.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;
@@ -47,7 +48,7 @@ a larger one keeps the cheapest dive and leaves the rest to the neighbourhood se
 A dive cut short (time, or GLOP failing twice) is completed by rounding its last LP solution, the
 jobs left over covered by groups of their own.
 
-Time: enumeration <= 10 %, the plan by halves <= 12 % (its regrouping until 80 %, the training half's
+Time: enumeration <= 10 %, the plan by halves <= 12 % (its regrouping until 84 %, the training half's
 LP <= 10 %), column generation until 60 % of the limit,
 the dive <= 15 %, the integer master up to 88 % (CBC may overrun its limit by a second while it
 stops), the timetables the rest
@@ -68,7 +69,7 @@ from planner.columns import Column, FreeNodes, Incumbent, group_timetable, mater
 from planner.halves import decomposed_plan, half, phases_apart
 from planner.lns import improve
 from planner.model import PlanningModel
-from planner.optimal import (CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
+from planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
                              packing_half_bounds, packing_lower_bound, work_lower_bound)
 from planner.pricing import PricingPool, price_exact
 from planner.regroup import eligible, regroup
@@ -98,10 +99,11 @@ MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
 DECOMPOSE_SHARE = 0.12  # of the time limit, the most the plan by halves takes (planner/halves.py)
 TRAIN_HALF_SHARE = 0.1  # of the time limit, the most the training half's LP takes then
-REGROUP_END = 0.8  # its regrouping (planner/regroup.py) ends by this share of the time limit
-STALL_AFTER, STALL_WINDOW = 0.3, 0.1  # of the time limit: from when, and over how long, column generation
+REGROUP_END = 0.84  # its regrouping (planner/regroup.py) ends by this share of the time limit
+REGROUP_TIMETABLE_S = 0.25  # the most a regrouped group's timetable may take (else the group is not formed)
+STALL_AFTER, STALL_WINDOW = 0.25, 0.07  # of the time limit: from when, and over how long, column generation
 STALL_DROP = 0.01  # ... that falls by less than this share, no pricing proven, stops (where a fallback applies)
-PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)  # columns up to which CP-SAT solves the complete enumeration's master exactly
+PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
 
 @dataclass
@@ -229,7 +231,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             halves_bound = max(halves["rollout"], rollout_bound) + max(halves["train"], train_bound)
         if groups and not charge:  # windows of its groups re-cut exactly (planner/regroup.py)
             before = sum(g.cost for g in groups)
-            groups = regroup(builder, groups, started + REGROUP_END * time_limit_s, threads)
+            def timetabled(cand: Candidate) -> bool:
+                members, _ = materialize(model, _candidate_column(cand, charge), FreeNodes(topo))
+                return group_timetable(model, members, time_limit_s=REGROUP_TIMETABLE_S, threads=1).ok
+
+            groups = regroup(builder, groups, started + REGROUP_END * time_limit_s, threads, timetabled=timetabled)
             say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
         chosen = []
         for cand in groups:

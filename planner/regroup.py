@@ -6,7 +6,7 @@ its rollout classes pair every job that can pair, so groups whose jobs all pair 
 (two rollout nodes each) where five jobs, one of them alone on its rollout node, would save a
 training node. Saving one needs five or more groups re-cut at once.
 
-So a window of groups of similar cycle caps (about 35 jobs) is re-partitioned by a compact CP-SAT
+So a window of groups of similar cycle caps (about 25 jobs) is re-partitioned by a compact CP-SAT
 model with the candidate rules of planner/optimal.py, and the result kept when it costs less:
 - ``x[j, g]``: job j in group g (one each, at most ``k`` per group); ``key[g, t]``: the group's
   training option (one per group, shared by its members); ``c[g]``: the group's cycle cap, at
@@ -19,9 +19,10 @@ model with the candidate rules of planner/optimal.py, and the result kept when i
 
 It applies where every job has one training and one rollout option of one node each (every
 generator family in bench/planner_scale.py); elsewhere it returns the plan unchanged. Measured on
-300 RH jobs (bench/planner_scale.py, 30 s in all, about 13 s of regrouping): from the plan by halves'
-$5,733 / $5,820 / $5,686 to $5,638 / $5,682 / $5,592 (s1-s3), 2-4 training nodes fewer. Windows of
-45 jobs or 3 s per window did no better; 60 s reached $5,562 on s3.
+300 RH jobs (30 s in all, about 15 s of regrouping, each group's timetable checked): from the plan by
+halves' $5,733 / $5,820 / $5,686 to $5,638-5,653 / $5,699 / $5,549 (s1-s3), 3-5 training nodes fewer.
+Windows of 25 jobs (about 0.5 s each) did better than 35 (1.5 s) or a mix; 60 s of 45-job windows
+reached $5,562 on s3.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ortools.sat.python import cp_model
 
@@ -37,8 +39,8 @@ from planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layo
 from planner.pricing import _candidate
 
 MS = 1000  # times in whole milliseconds (every duration is already rounded up to them)
-WINDOW_JOBS = 35  # jobs per window: saving a training node needs five or more groups re-cut at once
-SOLVE_S = 1.5  # most seconds per window
+WINDOW_JOBS = 25  # jobs per window (saving a training node needs five groups or more re-cut at once)
+SOLVE_S = 0.8  # most seconds per window (windows of 25 jobs settle in about half a second)
 CENT = 100  # costs in cents
 
 
@@ -58,16 +60,19 @@ def eligible(builder: CandidateBuilder) -> bool:
 
 
 def regroup(builder: CandidateBuilder, groups: list[Candidate], deadline: float, threads: int = 1,
-            seed: int = 0, others: dict[str, int] | None = None) -> list[Candidate]:
+            seed: int = 0, others: dict[str, int] | None = None,
+            timetabled: Callable[[Candidate], bool] | None = None) -> list[Candidate]:
     """The groups improved window by window until ``deadline``, each with its cheapest rollout
     classes (unchanged when not ``eligible``); ``others``: nodes per cluster the plan's other
-    groups hold."""
+    groups hold. With ``timetabled``, every group returned passes it (the candidate rules are
+    necessary conditions only: on 300 RH jobs a few groups in 60 have no timetable, some of them
+    from the plan by halves); no group holding all the jobs of one that failed is formed again."""
     if not groups or not eligible(builder):
         return groups
-    search = _Search(builder, groups, threads, others or {})
+    search = _Search(builder, groups, threads, others or {}, timetabled)
     rng = random.Random(seed)
     while time.perf_counter() < deadline - 0.1:
-        window = search.window(rng)
+        window = search.window(rng, WINDOW_JOBS)
         better = search.solve(window, min(SOLVE_S, deadline - time.perf_counter()))
         if better is not None:
             search.replace(window, better)
@@ -78,9 +83,13 @@ Group = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]  # jobs, rollout cla
 
 
 class _Search:
-    def __init__(self, builder: CandidateBuilder, groups: list[Candidate], threads: int, others: dict[str, int]):
+    def __init__(self, builder: CandidateBuilder, groups: list[Candidate], threads: int, others: dict[str, int],
+                 timetabled: Callable[[Candidate], bool] | None):
         self.b = builder
         self.threads = threads
+        self._timetabled = timetabled
+        self._timetables: dict[Group, bool] = {}
+        self.failed: list[frozenset[int]] = []  # job sets whose group had no timetable
         self.jobs = {}
         for j in builder.job_ids:
             t, r = builder.train_opts[j][0], builder.rollout_opts[j][0]
@@ -94,6 +103,8 @@ class _Search:
             for cluster, n in self.nodes_of(g).items():
                 used[cluster] = used.get(cluster, 0) + n
         self.free = {c: spec.nodes - used.get(c, 0) for c, spec in builder.topo.clusters.items()}
+        if timetabled is not None:  # groups given without a timetable are mended first
+            self.groups = [m for g in self.groups for m in self.mend(g)]
 
     # ----- bookkeeping -------------------------------------------------------------------------
     def nodes_of(self, g: Group) -> dict[str, int]:
@@ -109,9 +120,9 @@ class _Search:
     def cap(self, g: Group) -> int:
         return min(self.jobs[j].cap for j in g[0])
 
-    def window(self, rng: random.Random) -> list[int]:
+    def window(self, rng: random.Random, jobs: int) -> list[int]:
         """A group (one with room, mostly) and the groups nearest it in cycle cap, randomly spread,
-        up to WINDOW_JOBS jobs."""
+        up to ``jobs`` jobs."""
         roomy = {i for i, g in enumerate(self.groups) if len(g[0]) < self.b.k}
         first = rng.choice(sorted(roomy) if roomy and rng.random() < 0.7 else range(len(self.groups)))
         at = math.log(self.cap(self.groups[first]))
@@ -122,7 +133,7 @@ class _Search:
                         * (pull if i in roomy else 1.0))
         window, size = [first], len(self.groups[first][0])
         for i in others:
-            if size + len(self.groups[i][0]) <= WINDOW_JOBS:
+            if size + len(self.groups[i][0]) <= jobs:
                 window.append(i)
                 size += len(self.groups[i][0])
         return window
@@ -152,15 +163,50 @@ class _Search:
         if new is None or not all(self.valid(g) for g in new):
             return None
         new = [self.polish(g) for g in new]
-        return new if sum(map(self.cost, new)) < sum(map(self.cost, old)) - 1e-6 else None
+        if sum(map(self.cost, new)) >= sum(map(self.cost, old)) - 1e-6:
+            return None
+        for g in new:
+            if g not in old and not self.timetabled(g):
+                self.failed.append(frozenset(g[0]))
+                return None
+        return new
+
+    def timetabled(self, g: Group) -> bool:
+        """Whether the group has a timetable (always, without a check to ask)."""
+        if self._timetabled is None:
+            return True
+        if g not in self._timetables:
+            self._timetables[g] = self._timetabled(self.candidate(g))
+        return self._timetables[g]
+
+    def mend(self, g: Group) -> list[Group]:
+        """The group if it has a timetable; else its next configuration that has one; else its
+        tightest member (largest floor against the cap) alone and the rest mended again. The job
+        set that failed is not formed again."""
+        if self.timetabled(g):
+            return [g]
+        self.failed.append(frozenset(g[0]))
+        for config in self.b._configs(list(g[0])):
+            other = (config.jobs, tuple(tuple(config.jobs[i] for i in cls) for cls in config.classes))
+            if other != g and self.timetabled(other):
+                return [other]
+        tightest = max(g[0], key=lambda j: self.jobs[j].floor / self.cap(g))
+        rest = tuple(j for j in g[0] if j != tightest)
+        alone = ((tightest,), ((tightest,),))
+        if not rest:
+            return [alone]
+        at = [tuple(j for j in cls if j != tightest) for cls in g[1]]
+        return [alone] + self.mend((rest, tuple(cls for cls in at if cls)))
 
     def polish(self, g: Group) -> Group:
-        """The group's cheapest rollout classes (a model stopped by its time limit may leave a
-        rollout node to spare inside a group)."""
+        """The group's cheapest rollout classes that have a timetable (a model stopped by its time
+        limit may leave a rollout node to spare inside a group)."""
         configs = self.b._configs(list(g[0]))
         if configs and configs[0].cost < self.cost(g) - 1e-6:
             best = configs[0]
-            return best.jobs, tuple(tuple(best.jobs[i] for i in cls) for cls in best.classes)
+            cheaper = best.jobs, tuple(tuple(best.jobs[i] for i in cls) for cls in best.classes)
+            if self.timetabled(cheaper):
+                return cheaper
         return g
 
     def may_share(self, i: int, j: int) -> bool:
@@ -169,7 +215,8 @@ class _Search:
         with warm switches within the smaller cap, host memory within the node's)."""
         a, b = self.jobs[i], self.jobs[j]
         cap = min(a.cap, b.cap)
-        return _key(a.train) == _key(b.train) and a.rollout.cluster == b.rollout.cluster and max(a.floor, b.floor) <= cap \
+        return _key(a.train) == _key(b.train) and a.rollout.cluster == b.rollout.cluster \
+            and max(a.floor, b.floor) <= cap \
             and _ms(a.rollout.duration_s + a.rollout.switch_s) + _ms(b.rollout.duration_s + b.rollout.switch_s) <= cap \
             and a.rollout.host_mem_gb + b.rollout.host_mem_gb <= self.node_mem[a.rollout.cluster]
 
@@ -236,6 +283,9 @@ class _Window:
             for t, (_, cluster, _) in enumerate(self.keys):
                 mem = sum(_gb(J[j].train.host_mem_gb) * x[j, g] for j in jobs if self.key_of[j] == t)
                 cp.add(mem <= _gb(self.search.node_mem[cluster]))
+            for failed in self.search.failed:
+                if failed <= set(jobs):
+                    cp.add(sum(x[j, g] for j in failed) <= len(failed) - 1)
             if g:  # groups are interchangeable: the used ones first
                 cp.add(sum(key[g, t] for t in range(len(self.keys)))
                        <= sum(key[g - 1, t] for t in range(len(self.keys))))
@@ -278,8 +328,9 @@ class _Window:
             used += [self.key[g, t] for g in range(m) for t, key in enumerate(self.keys) if key[1] == cluster]
             cp.add(sum(used) <= have)
         price = self.search.b.price
-        cp.minimize(sum(_cents(price[key[1]]) * self.key[g, t] for g in range(m) for t, key in enumerate(self.keys))
-                    + sum(_cents(price[J[j].rollout.cluster]) * self.lead[j] for j in jobs))
+        cost = sum(_cents(price[key[1]]) * self.key[g, t] for g in range(m) for t, key in enumerate(self.keys)) \
+            + sum(_cents(price[J[j].rollout.cluster]) * self.lead[j] for j in jobs)
+        cp.minimize(cost)
 
     def _hint(self) -> None:
         """The window's current groups, as a complete solution."""

@@ -71,6 +71,26 @@ def test_regroup_by_hand():
     assert_sound(model, builder, better, builder.job_ids)
 
 
+def test_regroup_forms_only_timetabled_groups():
+    # The same 20 jobs, with a timetable check that refuses any group holding both j0 and j1 (the
+    # start has one): the optimum without them together still costs $346.56.
+    model, builder = builder_for(uniform_jobs(20))
+    train, rollout = builder.train_opts[0][0], builder.rollout_opts[0][0]
+    start = [_candidate(builder, list(range(4 * g, 4 * g + 4)), train, [rollout] * 4, [[0, 1], [2, 3]], [0] * 4)
+             for g in range(5)]
+    asked = []
+
+    def timetabled(cand):
+        asked.append(cand.jobs)
+        return not {0, 1} <= set(cand.jobs)
+
+    better = regroup(builder, start, time.perf_counter() + 5, timetabled=timetabled)
+    assert (0, 1, 2, 3) in asked  # the start's group was checked, and mended
+    assert all(not {0, 1} <= set(g.jobs) for g in better)
+    assert sum(g.cost for g in better) == pytest.approx(4 * (TRAIN_NODE + 3 * ROLLOUT_NODE))
+    assert_sound(model, builder, better, builder.job_ids)
+
+
 @pytest.mark.parametrize("family,seed", [("RH", 1), ("Mixed", 2), ("TH", 3)])
 def test_regroup_keeps_every_rule_and_never_costs_more(family, seed):
     jobs = generate(family, 40, seed)
