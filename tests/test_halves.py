@@ -1,7 +1,7 @@
 """The plan's two halves packed apart (planner/halves.py): their bound against hand values and
 the enumerated optimum, and the plan built half by half.
 
-Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (8 H20) 14.80 $/h.
+Prices (tests/testbed.py): a training node is 42.24 $/h, a rollout node 14.80 $/h.
 """
 
 from __future__ import annotations
@@ -17,21 +17,12 @@ from planner.check import assert_valid
 from planner.columns import FreeNodes, group_timetable, materialize
 from planner.halves import decomposed_plan, half, halves_lower_bound, phases_apart
 from planner.model import PlanningModel
-from planner.optimal import CandidateBuilder, _admissible, packing_half_bounds
+from planner.optimal import packing_half_bounds
 from planner.optimize import _candidate_column, plan_optimal
 from planner.pricing import Pricing, price_exact
 from profiles.generators import generate
 from profiles.jobs import jobs_from_data
-from topology.topology import load_topology
-
-TESTBED = load_topology("weave-testbed")
-TRAIN_NODE, ROLLOUT_NODE = 8 * 5.28, 8 * 1.85
-
-
-def builder_for(jobs, k=5):
-    model = PlanningModel(TESTBED, jobs)
-    _, ids = _admissible(model)
-    return model, CandidateBuilder(model, ids, k)
+from testbed import ROLLOUT_NODE, TESTBED, TRAIN_NODE, builder_for  # tests/ is on sys.path under pytest
 
 
 def two_jobs():

@@ -1,7 +1,7 @@
 """Regrouping (planner/regroup.py): windows of groups re-cut exactly, checked against a hand-solved
 case, the candidate rules and the group timetables.
 
-Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (8 H20) 14.80 $/h.
+Prices (tests/testbed.py): a training node is 42.24 $/h, a rollout node 14.80 $/h.
 """
 
 from __future__ import annotations
@@ -13,23 +13,12 @@ import pytest
 
 from planner.columns import FreeNodes, group_timetable, materialize
 from planner.halves import decomposed_plan
-from planner.model import PlanningModel
-from planner.optimal import CandidateBuilder, _admissible
 from planner.optimize import _candidate_column
 from planner.pricing import _candidate
 from planner.regroup import eligible, regroup
 from profiles.generators import generate
 from profiles.jobs import jobs_from_data
-from topology.topology import load_topology
-
-TESTBED = load_topology("weave-testbed")
-TRAIN_NODE, ROLLOUT_NODE = 8 * 5.28, 8 * 1.85
-
-
-def builder_for(jobs, k=5):
-    model = PlanningModel(TESTBED, jobs)
-    _, ids = _admissible(model)
-    return model, CandidateBuilder(model, ids, k)
+from testbed import ROLLOUT_NODE, TESTBED, TRAIN_NODE, builder_for  # tests/ is on sys.path under pytest
 
 
 def uniform_jobs(n, rollout_gpus=8):
