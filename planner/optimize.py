@@ -72,6 +72,7 @@ from planner.model import PlanningModel
 from planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
                              packing_half_bounds, packing_lower_bound, work_lower_bound)
 from planner.pricing import PricingPool, price_exact
+from planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
 from planner.regroup import eligible, regroup
 from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 
@@ -99,6 +100,8 @@ MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
 DECOMPOSE_SHARE = 0.12  # of the time limit, the most the plan by halves takes (planner/halves.py)
 TRAIN_HALF_SHARE = 0.1  # of the time limit, the most the training half's LP takes then
+PAIR_END = 0.3  # the LP by pairs (planner/pairlp.py) ends by this share of the time limit (in one process)
+PAIR_TRIAL = 0.15  # ... when it has not settled by this share, column generation is skipped
 REGROUP_END = 0.84  # its regrouping (planner/regroup.py) ends by this share of the time limit
 REGROUP_TIMETABLE_S = 0.25  # the most a regrouped group's timetable may take (else the group is not formed)
 STALL_AFTER, STALL_WINDOW = 0.25, 0.07  # of the time limit: from when, and over how long, column generation
@@ -207,36 +210,64 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     # gives its time to them. Measured: on 300 RH jobs the LP falls 0.1-0.2 % a second and never
     # settles in 30 s; on Mixed-300 it falls about 1 % a second until it settles at 7-11 s.
     fallback = bool(job_ids) and not charge and phases_apart(builder) and eligible(builder)
+    # Where a rollout node holds one job or two, the same LP by pairs (planner/pairlp.py) first: its
+    # pricing is quicker. With threads to spare it goes on in a forked process while the plan is
+    # regrouped; when it has not settled by PAIR_TRIAL, column generation would not either.
+    joint, settled = None, False
+    if fallback and result.mode == "colgen" and pair_applies(builder):
+        joint = JointLP(builder, time.perf_counter() + TRAIN_HALF_SHARE * time_limit_s)
+        background = threads > 1
+        joint.start(started + (REGROUP_END if background else PAIR_END) * time_limit_s, background)
+        settled = joint.settled(started + PAIR_TRIAL * time_limit_s)
+        say(f"pair LP: bound ${joint.bound():,.2f}" + (" (optimal)" if settled else ", not settled")
+            + (" (going on)" if joint.running and not settled else ""))
     # The LP: its bound, its rounding as a starting plan. A complete enumeration needs no pricing.
     try:
-        lagrangian, lp_state = _column_generation(
-            model, builder, columns, add, job_ids, charge, penalty, result, deadline=started + 0.6 * time_limit_s,
-            threads=threads, say=say, incumbent=_objective(columns, hint, penalty) if hint else None,
-            price=result.mode == "colgen", dive_s=0.15 * time_limit_s, near_s=NEAR_TIME_SHARE * time_limit_s,
-            dive_unproven=False,
-            stall=(started + STALL_AFTER * time_limit_s, STALL_WINDOW * time_limit_s) if fallback else None)
+        if joint is None or settled:
+            lagrangian, lp_state = _column_generation(
+                model, builder, columns, add, job_ids, charge, penalty, result, deadline=started + 0.6 * time_limit_s,
+                threads=threads, say=say, incumbent=_objective(columns, hint, penalty) if hint else None,
+                price=result.mode == "colgen", dive_s=0.15 * time_limit_s, near_s=NEAR_TIME_SHARE * time_limit_s,
+                dive_unproven=False,
+                stall=(started + STALL_AFTER * time_limit_s, STALL_WINDOW * time_limit_s) if fallback else None)
+        else:
+            say("column generation skipped: the LP by pairs did not settle")
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
         say(str(exc))
         result.stats["lp_trouble"] = str(exc)
-    halves_bound = None  # the halves' bound (planner/halves.py), when column generation proved none
+    # Bounds besides column generation's: the halves' (planner/halves.py) when it proved none, and
+    # the LP by pairs' (with the halves', by whole nodes: planner/pairlp.py).
+    halves_bound = None
+    bound_source = "the halves' (planner/halves.py)"
     if result.mode == "colgen" and lagrangian is None and job_ids:
         # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
         # plan built half by half (rollout classes, then training pools) is the better start.
-        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, threads)
+        solved = (joint.rollout_packing, joint.rollout) if joint is not None else None
+        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, threads,
+                                                solved)
         if phases_apart(builder):
             # The training half's LP too, where it is quick (1-2 s on 300 RH jobs: each job's
             # loop bounds its pool's cap), else its packing bound.
-            train_bound = half(builder, "train").solve(time.perf_counter() + TRAIN_HALF_SHARE * time_limit_s).bound
+            train_bound = joint.train.bound if joint is not None else \
+                half(builder, "train").solve(time.perf_counter() + TRAIN_HALF_SHARE * time_limit_s).bound
             halves = packing_half_bounds(model, job_ids, max_group_size)
-            halves_bound = max(halves["rollout"], rollout_bound) + max(halves["train"], train_bound)
+            train_bound, rollout_bound = max(halves["train"], train_bound), max(halves["rollout"], rollout_bound)
+            halves_bound = train_bound + rollout_bound
         if groups and not charge:  # windows of its groups re-cut exactly (planner/regroup.py)
             before = sum(g.cost for g in groups)
             def timetabled(cand: Candidate) -> bool:
                 members, _ = materialize(model, _candidate_column(cand, charge), FreeNodes(topo))
                 return group_timetable(model, members, time_limit_s=REGROUP_TIMETABLE_S, threads=1).ok
 
-            groups = regroup(builder, groups, started + REGROUP_END * time_limit_s, threads, timetabled=timetabled)
+            # One thread fewer while the LP by pairs goes on in its process.
+            workers = max(1, threads - 1) if joint is not None and joint.running else threads
+            groups = regroup(builder, groups, started + REGROUP_END * time_limit_s, workers, timetabled=timetabled)
             say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
+        if joint is not None and halves_bound is not None:
+            joint.close()  # its last bound
+            pairs = by_whole_nodes(builder, joint.pair.bound if joint.pair else 0.0, train_bound, rollout_bound)
+            if pairs > halves_bound + 1e-6:
+                halves_bound, bound_source = pairs, "the LP by pairs' (planner/pairlp.py), by whole nodes"
         chosen = []
         for cand in groups:
             column = _candidate_column(cand, charge)
@@ -249,6 +280,10 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                 f"${halves_bound or 0.0:,.2f}")
             if hint is None or _objective(columns, halved, penalty) < _objective(columns, hint, penalty):
                 hint = halved
+    elif joint is not None:  # settled: its bound by whole nodes may round the LP's up
+        halves_bound = joint.bound()
+    if joint is not None:
+        joint.close()
     result.columns = len(columns)
     exclusive = _shared_nodes(columns)
     if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
@@ -351,7 +386,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     # A restricted master's own bound holds for its columns only.
     master_bound = master.bound if master is not None and not priced_out else None
     lb, note = _bound(model, builder, result, master is not None, master_bound, lagrangian, job_ids, lost, penalty,
-                      cost, charge, halves_bound)
+                      cost, charge, halves_bound, bound_source)
     gap = (cost - lb) / cost if cost > 0 else 0.0
     status = master.status if master else "OPTIMAL"
     if repaired is not None:
@@ -802,7 +837,7 @@ def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int)
 
 
 def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, lost, penalty, cost, charge,
-           halves_bound=None):
+           halves_bound=None, bound_source="the halves' (planner/halves.py)"):
     note = None
     lb = 0.0
     if result.mode == "enumerate" and master_bound is not None:
@@ -817,7 +852,7 @@ def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, l
     if not lost:
         lb = max(lb, _simple_bound(model, job_ids, builder.k), halves_bound or 0.0)
         if note and halves_bound and lb == halves_bound:
-            note = "column generation proved no bound in time: the bound is the halves' (planner/halves.py)"
+            note = f"column generation proved no bound in time: the bound is {bound_source}"
     lb = min(max(lb, 0.0), cost)
     if not planned and job_ids:
         note = "no plan verified"

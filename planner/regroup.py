@@ -42,6 +42,7 @@ MS = 1000  # times in whole milliseconds (every duration is already rounded up t
 WINDOW_JOBS = 25  # jobs per window (saving a training node needs five groups or more re-cut at once)
 SOLVE_S = 0.8  # most seconds per window (windows of 25 jobs settle in about half a second)
 CENT = 100  # costs in cents
+ROOMY_ONLY = 0.25  # the share of windows made of groups with room only
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,11 @@ class _Search:
         roomy = {i for i, g in enumerate(self.groups) if len(g[0]) < self.b.k}
         first = rng.choice(sorted(roomy) if roomy and rng.random() < 0.7 else range(len(self.groups)))
         at = math.log(self.cap(self.groups[first]))
-        # Half the time the other groups with room come first: merging them saves a training node.
+        # Half the time the other groups with room come first: merging them saves a training node;
+        # sometimes only they come (five with one place each, however far apart, save one).
         pull = 0.5 if rng.random() < 0.5 else 1.0
-        others = sorted((i for i in range(len(self.groups)) if i != first),
+        only_roomy = first in roomy and rng.random() < ROOMY_ONLY
+        others = sorted((i for i in range(len(self.groups)) if i != first and (i in roomy or not only_roomy)),
                         key=lambda i: abs(math.log(self.cap(self.groups[i])) - at) * rng.uniform(0.5, 1.5)
                         * (pull if i in roomy else 1.0))
         window, size = [first], len(self.groups[first][0])
