@@ -24,8 +24,9 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
   pricing proves that no column improves; column generation stops once it is within ``CG_GAP``);
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``, the packing
-  bound (nodes as bins, dual feasible functions: planner/optimal.py) nor, when column generation
-  proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py).
+  bound (nodes as bins, dual feasible functions: planner/optimal.py), when column generation
+  proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
+  nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py).
 With rejections the bound is on plans that place as many jobs.
 
 When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
@@ -34,9 +35,18 @@ rollout classes, then those classes packed into training pools) starts the integ
 there it is 1-3 % cheaper than the dives' plan. Where every job has one option of one node per
 phase (planner/regroup.py), column generation that stalls (its LP falling by under 1 % in the last
 7 % of the limit, from 25 % of it on, nothing proven) stops there, and windows of the plan by
-halves are re-cut exactly until 84 % of the limit, every new group timetabled: on 300 RH jobs that
-takes it from $5,733 / $5,820 / $5,686 to $5,638-5,653 / $5,699 / $5,549. Masters whose LP settles
-keep the dives.
+halves are re-cut exactly until 84 % of the limit, every new group timetabled (measured on 300 RH
+jobs before the LP by pairs below: from $5,733 / $5,820 / $5,686 to $5,638-5,653 / $5,699 /
+$5,549). Masters whose LP settles keep the dives.
+
+Where besides no rollout node ever holds three jobs (RH), the same LP is solved first *by pairs*
+(planner/pairlp.py): a pricing that knows a group is a training node plus one rollout node per job,
+less one per pair. On 100 RH jobs it settles in under a second; column generation then runs as
+usual (the pairs' bound, by whole nodes, may round its LP up). When it has not settled by 15 % of
+the limit (300 RH jobs), column generation, which would not settle either, is skipped: the LP by
+pairs goes on in a forked process until 84 % of the limit while the plan by halves is regrouped
+with one thread fewer (on one thread it stops at 30 % instead), and its Lagrangian bound with the
+halves', by whole nodes, is the bound.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;
@@ -49,7 +59,8 @@ A dive cut short (time, or GLOP failing twice) is completed by rounding its last
 jobs left over covered by groups of their own.
 
 Time: enumeration <= 10 %, the plan by halves <= 12 % (its regrouping until 84 %, the training half's
-LP <= 10 %), column generation until 60 % of the limit,
+LP <= 10 %), the LP by pairs until 15 % (then in its process until 84 %), column generation until
+60 % of the limit,
 the dive <= 15 %, the integer master up to 88 % (CBC may overrun its limit by a second while it
 stops), the timetables the rest
 (most settle at their lower bound in milliseconds); when no plan is verified in time,
@@ -243,7 +254,9 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
         # plan built half by half (rollout classes, then training pools) is the better start.
         solved = (joint.rollout_packing, joint.rollout) if joint is not None else None
-        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, threads,
+        # One thread fewer while the LP by pairs goes on in its process.
+        workers = max(1, threads - 1) if joint is not None and joint.running else threads
+        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, workers,
                                                 solved)
         if phases_apart(builder):
             # The training half's LP too, where it is quick (1-2 s on 300 RH jobs: each job's
@@ -259,15 +272,14 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                 members, _ = materialize(model, _candidate_column(cand, charge), FreeNodes(topo))
                 return group_timetable(model, members, time_limit_s=REGROUP_TIMETABLE_S, threads=1).ok
 
-            # One thread fewer while the LP by pairs goes on in its process.
-            workers = max(1, threads - 1) if joint is not None and joint.running else threads
             groups = regroup(builder, groups, started + REGROUP_END * time_limit_s, workers, timetabled=timetabled)
             say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
         if joint is not None and halves_bound is not None:
             joint.close()  # its last bound
             pairs = by_whole_nodes(builder, joint.pair.bound if joint.pair else 0.0, train_bound, rollout_bound)
             if pairs > halves_bound + 1e-6:
-                halves_bound, bound_source = pairs, "the LP by pairs' (planner/pairlp.py), by whole nodes"
+                halves_bound = pairs
+                bound_source = "the Lagrangian bound of the LP by pairs (planner/pairlp.py) with the halves', by whole nodes"
         chosen = []
         for cand in groups:
             column = _candidate_column(cand, charge)
