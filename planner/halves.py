@@ -114,6 +114,12 @@ def half(builder: CandidateBuilder, kind: str) -> "Packing":
     return packing
 
 
+def solve_lp(solver: pywraplp.Solver, deadline: float) -> bool:
+    """GLOP within the time left until ``deadline``: whether it found the optimum."""
+    solver.SetTimeLimit(max(1, int(1000 * (deadline - time.perf_counter()))))
+    return solver.Solve() == pywraplp.Solver.OPTIMAL
+
+
 def phases_apart(builder: CandidateBuilder) -> bool:
     """No cluster offers both a rollout and a training option: every node hosts one kind of phase."""
     rollout = {o.cluster for j in builder.job_ids for o in builder.rollout_opts[j]}
@@ -290,10 +296,7 @@ class Packing:
             for p in self.pieces[i]:
                 add((p,), self.price[p.cluster] * p.nodes + p.cost)
         best, value, proven, rounds = 0.0, 0.0, False, 0
-        while time.perf_counter() < deadline:
-            solver.SetTimeLimit(max(1, int(1000 * (deadline - time.perf_counter()))))
-            if solver.Solve() != pywraplp.Solver.OPTIMAL:
-                break
+        while time.perf_counter() < deadline and solve_lp(solver, deadline):
             rounds += 1
             value = objective.Value()
             dual = self.dual = {j: row.dual_value() for j, row in cover.items()}

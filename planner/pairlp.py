@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from planner.halves import half, phases_apart
+from planner.halves import half, phases_apart, solve_lp
 from planner.optimal import Candidate, CandidateBuilder
 from planner.pricing import _candidate
 from planner.regroup import eligible
@@ -459,10 +459,7 @@ class PairLP:
         centre = None if center is None else np.array([center[j] for j in self.order])
         bound = float(centre.sum()) if centre is not None else 0.0
         value, proven, rounds, quick, before = 0.0, False, 0, True, math.inf
-        while time.perf_counter() < deadline:
-            solver.SetTimeLimit(max(1, int(1000 * (deadline - time.perf_counter()))))
-            if solver.Solve() != pywraplp.Solver.OPTIMAL:
-                break
+        while time.perf_counter() < deadline and solve_lp(solver, deadline):
             rounds += 1
             value = objective.Value()
             lp_dual = np.array([row.dual_value() for row in cover])

@@ -131,9 +131,11 @@ def test_joint_bound_is_at_least_the_halves_and_at_most_a_plan():
     assert not other.running
 
 
-def test_unsettled_pair_lp_skips_column_generation(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unsettled_pair_lp_skips_column_generation(monkeypatch, threads):
     # The LP by pairs cut short (as on 300 RH jobs): column generation, which would not settle
     # either, is skipped; the plan by halves is regrouped and the bound is the pairs' by whole nodes.
+    # On two threads the LP by pairs runs in a forked process, on one here.
     original = PairLP._generate
 
     def unsettled(self, deadline, center, seeds, progress, report):
@@ -150,7 +152,7 @@ def test_unsettled_pair_lp_skips_column_generation(monkeypatch):
     jobs = generate("RH", 40, 3)
     model = PlanningModel(TESTBED, jobs)
     said: list[str] = []
-    plan = plan_optimal(model, time_limit_s=20, enumeration_budget=0, progress=said.append).plan
+    plan = plan_optimal(model, time_limit_s=20, enumeration_budget=0, progress=said.append, threads=threads).plan
     assert_valid(plan, TESTBED, jobs)
     assert "column generation skipped: the LP by pairs did not settle" in said
     assert any(m.startswith("regrouped: ") for m in said)
