@@ -27,7 +27,11 @@ duals (planner/halves.py: dual feasible here, a group being a training bin plus 
 their sum is the halves' bound) and moves to any point of higher Lagrangian bound. With two
 threads a forked process prices every other leader.
 
-Measured on 300 RH jobs: FIXME.
+Measured on 300 RH jobs (s3, two processes): quick rounds take the LP from $5,833 to $5,456 in
+3 s, exact rounds take 1-1.5 s each, and the bound passes the halves' $5,369 (before rounding to
+whole nodes) after 4 s: $5,406 at 5 s, $5,430 at 8 s, $5,448 after 19 s in one process beside
+the regrouping (LP $5,451). The general pricing (planner/pricing.py) had the LP at $5,594 after
+12 s and $5,468 after 110 s, never proving a bound. On 100 RH jobs it settles in under a second.
 """
 
 from __future__ import annotations
