@@ -46,15 +46,14 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from planner.halves import half, phases_apart, solve_lp
-from planner.optimal import Candidate, CandidateBuilder
-from planner.pricing import _candidate
+from planner.optimal import CandidateBuilder
 from planner.regroup import eligible
 
 TOL = 1e-9  # the candidate rules' tolerance on times
 EPS = 1e-7  # reduced costs
 GAIN = 1e-6  # $/h: a group must beat the best so far by this much (ties are legion at the LP's duals)
 SMOOTHING = 0.7  # weight of the stability centre in the duals priced
-COLUMNS_PER_LEADER = 3
+COLUMNS_PER_LEADER = 3  # the last groups each leader's search improved on (its best included)
 QUICK_NODES = 200  # groups a leader's search may try in a quick round
 QUICK_DROP = 0.001  # quick rounds go on while the LP falls by more than this share a round
 PARALLEL_JOBS = 150  # from this many jobs, a second process prices half the leaders
@@ -244,10 +243,9 @@ class PairLP:
         np.fill_diagonal(need, math.inf)
         self.need = need
         # Each leader's possible members (after it in leader order, same training option, floor
-        # within its cap) and which of them (or the leader) have a partner under its cap.
+        # within its cap) and which of them have a partner under its cap.
         self.members: list[np.ndarray] = []
         self.partnered: list[np.ndarray] = []
-        self.leader_partnered: list[bool] = []
         for i in range(n):
             after = np.arange(i + 1, n)
             same = np.array([self.tkey[x] == self.tkey[i] for x in after], dtype=bool)
@@ -256,10 +254,8 @@ class PairLP:
             group = np.concatenate(([i], m))
             fits = self.need[np.ix_(group, group)] <= self.cap[i] + TOL
             self.partnered.append(fits[1:].any(axis=1))
-            self.leader_partnered.append(bool(fits[0].any()))
         self.columns: list[PairGroup] = []
         self._pool = None  # a forked worker process that prices half the leaders
-        self.support: list[PairGroup] = []  # the groups of the last LP solution
 
     # ----- groups -------------------------------------------------------------------------------
     def group(self, positions: list[int]) -> PairGroup:
@@ -284,16 +280,6 @@ class PairLP:
                                    or sum(self.tmem[x] for x in positions) > self.t_mem_cap[lead]):
             return False
         return True
-
-    def candidate(self, g: PairGroup) -> Candidate:
-        """The group as a candidate of planner/optimal.py."""
-        jobs = list(g.jobs)
-        at = {j: i for i, j in enumerate(jobs)}
-        paired = {j for p in g.pairs for j in p}
-        classes = [[at[a], at[b]] for a, b in g.pairs] + [[at[j]] for j in jobs if j not in paired]
-        b = self.b
-        return _candidate(b, jobs, b.train_opts[jobs[0]][0], [b.rollout_opts[j][0] for j in jobs],
-                          classes, [0] * len(jobs))
 
     # ----- pricing --------------------------------------------------------------------------------
     def price(self, dual: np.ndarray, deadline: float, nodes: int | None = None) -> tuple[list[PairGroup], float | None]:
@@ -352,10 +338,10 @@ class PairLP:
             return alone, [], True
         # Each member's share of its best pair (half the pair's value) or its value alone: a group's
         # value is at most its members' shares.
-        group = np.concatenate(([i], m))
-        fits = self.need[np.ix_(group, group)] <= self.cap[i] + TOL
-        pair_value = np.where(fits, dual[group][:, None] + dual[group][None, :] - self.price_r[group][:, None], -math.inf)
-        share = np.maximum(value[group], pair_value.max(axis=1) / 2)
+        pool = np.concatenate(([i], m))
+        fits = self.need[np.ix_(pool, pool)] <= self.cap[i] + TOL
+        pair_value = np.where(fits, dual[pool][:, None] + dual[pool][None, :] - self.price_r[pool][:, None], -math.inf)
+        share = np.maximum(value[pool], pair_value.max(axis=1) / 2)
         lead_worth, worth = float(share[0]), share[1:]
         by = np.argsort(-worth, kind="stable")
         m, worth = m[by], worth[by]
@@ -441,7 +427,6 @@ class PairLP:
         objective = solver.Objective()
         objective.SetMinimization()
         seen: set[tuple] = set()
-        variables: list = []
 
         def add(g: PairGroup) -> None:
             if g.jobs in seen:
@@ -452,7 +437,6 @@ class PairLP:
                 cover[self.pos[j]].SetCoefficient(var, 1)
             objective.SetCoefficient(var, g.cost)
             self.columns.append(g)
-            variables.append(var)
 
         for x in range(n):
             add(self.group([x]))
@@ -505,8 +489,6 @@ class PairLP:
                 break
             for g in improving or found:
                 add(g)
-        if rounds:  # the last LP's groups (the support of its solution)
-            self.support = [g for g, var in zip(self.columns, variables) if var.solution_value() > EPS]
         return PairBound(bound, value, proven, rounds, len(self.columns))
 
 
