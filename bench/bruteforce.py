@@ -7,7 +7,7 @@ of a class share one rollout node). It costs one training node plus one rollout 
 
 1. For every subset ``S`` and every set partition of ``S`` into classes (fewest classes first; the
    cost only depends on their number, so the first feasible one is the cheapest), the group is
-   feasible iff host memory fits on every node and ``planner.timetable.solve_timetable`` (the exact
+   feasible iff host memory fits on every node and ``weave_rl.planner.timetable.solve_timetable`` (the exact
    cyclic timetable that defines the model, with SLOs enforced) finds a timetable on concrete nodes
    (``train-000`` and ``rollout-000``, ``rollout-001``, ...).
 2. Feasibility is hereditary (dropping a job from a feasible group leaves a feasible group: fewer
@@ -29,9 +29,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from planner.model import PlanningModel
-from planner.timetable import Member, solve_timetable
-from profiles.jobs import JobSpec
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.timetable import Member, solve_timetable
+from weave_rl.profiles.jobs import JobSpec
 
 EPS = 1e-6
 

@@ -42,7 +42,7 @@ def timed(fn, repeats: int) -> tuple[float, Any]:
 
 
 def job(options: dict[str, Any], engine: str):
-    from executor.rl import GRPOWorkload
+    from weave_rl.executor.rl import GRPOWorkload
 
     w = GRPOWorkload("B", {**options, "engine": engine}, 0)
     w.to_device("rollout", w.initial_state("rollout"), CPU)
@@ -71,8 +71,8 @@ def rollout_rates(shape: dict[str, Any], batches: list[tuple[int, int, int]], re
 
 
 def switch_times(shape: dict[str, Any], repeats: int, kv_gib: int | None) -> None:
-    from executor.rl.model import build_model
-    from executor.rl.vllm_engine import EngineShape, VLLMRollout
+    from weave_rl.executor.rl.model import build_model
+    from weave_rl.executor.rl.vllm_engine import EngineShape, VLLMRollout
 
     if kv_gib:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
@@ -126,7 +126,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     repeats = 2 if args.quick else args.repeats
-    from executor.rl.vllm_engine import vllm_missing
+    from weave_rl.executor.rl.vllm_engine import vllm_missing
 
     why = vllm_missing()
     if why:

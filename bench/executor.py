@@ -7,7 +7,7 @@ Run from the repository root::
 Sections (figures only; no timing asserts anywhere in the tests):
 
 a. Warm-switch bandwidth: bytes/s of ``to_device`` + ``to_host`` of a job's train state (the
-   ``bandit`` toy scaled to tens of MB, and the built-in ``grpo`` job when ``executor.rl`` imports)
+   ``bandit`` toy scaled to tens of MB, and the built-in ``grpo`` job when ``weave_rl.executor.rl`` imports)
    against a plain tensor copy of the same bytes, both ways, on the same device, one thread.
    Target >= 80%.
 b. Permit latency: time from the controller's permit to the worker starting compute (p50 / p99 over
@@ -87,7 +87,7 @@ def section_a(device: str) -> None:
     """Measured in a spawned process that starts like a worker (one thread, the workers' malloc settings)."""
     import multiprocessing as mp
 
-    from executor.local.backend import worker_env
+    from weave_rl.executor.local.backend import worker_env
 
     print("\na. warm-switch bandwidth (to_device + to_host of the train state vs plain copy, same bytes)")
     ctx = mp.get_context("spawn")
@@ -98,8 +98,8 @@ def section_a(device: str) -> None:
 
 
 def _section_a_child(device_name: str) -> None:
-    import executor.local.toy  # noqa: F401
-    from executor.workload import build_workload
+    import weave_rl.executor.local.toy  # noqa: F401
+    from weave_rl.executor.workload import build_workload
 
     torch.set_num_threads(1)
     device = torch.device(device_name)
@@ -139,9 +139,9 @@ def jobs_file(folder: Path, names: list[str], block: str, rollout_s: float, trai
 
 def calibrate(options: dict) -> tuple[float, float]:
     """Median rollout(+reward) and train seconds of the bandit job in this process (one thread)."""
-    import executor.local.toy  # noqa: F401
-    from executor.local.comm import make_all_reduce
-    from executor.workload import build_workload
+    import weave_rl.executor.local.toy  # noqa: F401
+    from weave_rl.executor.local.comm import make_all_reduce
+    from weave_rl.executor.workload import build_workload
 
     wl = build_workload("C", {"kind": "bandit", **options}, default_seed=0)
     cpu = torch.device("cpu")
@@ -159,8 +159,8 @@ def calibrate(options: dict) -> tuple[float, float]:
 
 
 def run(plan, topo, jobs, out: Path, iterations: int, devices: dict[str, str] | None = None):
-    from executor.local.devices import map_devices
-    from executor.local.run import run_plan_local
+    from weave_rl.executor.local.devices import map_devices
+    from weave_rl.executor.local.run import run_plan_local
 
     gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
     devices = devices or map_devices(gpus, None)
@@ -225,9 +225,9 @@ def core_interference(seconds: float = 2.0) -> tuple[float, float]:
 
 # ----- b, c, d ----------------------------------------------------------------------------------
 def section_b(tmp: Path, iterations: int) -> dict:
-    from planner.api import make_plan
-    from profiles.jobs import load_jobs
-    from topology.topology import load_topology
+    from weave_rl.planner.api import make_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.topology import load_topology
 
     print("\nb. permit latency (permit sent -> compute starts on the worker), tiny phases")
     topo = load_topology("local")
@@ -244,11 +244,11 @@ def section_b(tmp: Path, iterations: int) -> dict:
 
 
 def section_cd(tmp: Path, iterations: int, options: dict) -> None:
-    from executor.outputs import records_table
-    from planner.api import make_plan
-    from profiles.fit import fit_jobs
-    from profiles.jobs import JobSet, load_jobs
-    from topology.topology import load_topology
+    from weave_rl.executor.outputs import records_table
+    from weave_rl.planner.api import make_plan
+    from weave_rl.profiles.fit import fit_jobs
+    from weave_rl.profiles.jobs import JobSet, load_jobs
+    from weave_rl.topology.topology import load_topology
 
     (tmp / "bench-local.yaml").write_text(BENCH_TOPOLOGY)
     topo = load_topology(tmp / "bench-local.yaml")

@@ -6,11 +6,11 @@ Run from the repository root::
 
 Sections (each ends in a one-line verdict at the bottom):
 
-a. Synthetic families BL / RH / TH / Mixed (``profiles.generators.generate``), seeds ``0..seeds-1``,
+a. Synthetic families BL / RH / TH / Mixed (``weave_rl.profiles.generators.generate``), seeds ``0..seeds-1``,
    ``--jobs`` jobs each, on the ``weave-testbed`` preset: the optimal cost against the exhaustive
    optimum of ``bench/bruteforce.py`` (must match on every instance), and the weave and solo
    policies' cost relative to the optimum (the Weave paper reports weave within 1.01-1.12 of it).
-   Every plan of every policy goes through ``planner.check.assert_valid``.
+   Every plan of every policy goes through ``weave_rl.planner.check.assert_valid``.
 b. The seed job on ``a100-32`` with the iteration-time objective: its iteration time against the
    static 20/12 split (its solo iteration) and the bound 48.75 s (all 32 GPUs on each phase, no sync,
    no switches); target: within 10 % of that bound plus sync and both warm switches.
@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.bruteforce import BruteForceStats, brute_force_cost
-from planner.api import make_plan
-from planner.check import assert_valid
-from planner.model import PlanningModel
-from planner.plan import Plan
-from planner.summary import usd_per_iteration
-from profiles.generators import generate, micro_job, seed_job
-from profiles.jobs import JobSet, jobs_from_data, jobs_to_data
-from topology.topology import Topology, load_topology, topology_from_data
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import assert_valid
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import Plan
+from weave_rl.planner.summary import usd_per_iteration
+from weave_rl.profiles.generators import generate, micro_job, seed_job
+from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
+from weave_rl.topology.topology import Topology, load_topology, topology_from_data
 
 FAMILIES = ["BL", "RH", "TH", "Mixed"]
 POLICIES = ["optimal", "weave", "solo", "colocate"]

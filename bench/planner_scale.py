@@ -15,7 +15,7 @@ b. ``OnlinePlanner.admit`` latency with 100, 500 and 2,000 concurrent jobs: fill
    arrivals each after one random departure; p50 / p99 / max. Target: p99 <= 50 ms at 2,000.
 c. ``replan`` after 10 % of 100 Mixed jobs drift by 1.5x (rollout and train): cost against a
    from-scratch solve of the drifted jobs, jobs moved, wall time.
-Every plan goes through the independent checker (``planner.check``).
+Every plan goes through the independent checker (``weave_rl.planner.check``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import time
 import numpy as np
 
 from bench.planner import table
-from planner.api import make_plan
-from planner.check import check_plan
-from planner.online import OnlinePlanner, replan
-from planner.plan import Plan
-from profiles.generators import generate
-from profiles.jobs import JobSet, jobs_from_data, jobs_to_data
-from topology.topology import load_topology
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import check_plan
+from weave_rl.planner.online import OnlinePlanner, replan
+from weave_rl.planner.plan import Plan
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
+from weave_rl.topology.topology import load_topology
 
 FAMILIES = ["Mixed", "BL", "RH", "TH"]
 GAP_TARGET = 0.03

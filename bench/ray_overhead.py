@@ -36,7 +36,7 @@ def _inputs(folder: Path, size: str):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_local_run import write_inputs
 
-    from weave.cli_run import load_inputs
+    from weave_rl.cli.run import load_inputs
 
     plan, jobs = write_inputs(folder, **SIZES[size])
     return load_inputs(plan, jobs, None)
@@ -50,14 +50,14 @@ def _run(backend: str, plan, topo, jobs, out: Path, iterations: int) -> dict:
         ready.append(time.perf_counter() - started)
 
     if backend == "local":
-        from executor.local.devices import map_devices
-        from executor.local.run import run_plan_local
+        from weave_rl.executor.local.devices import map_devices
+        from weave_rl.executor.local.run import run_plan_local
 
         gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
         res = run_plan_local(plan, topo, jobs, out, iterations=iterations, devices=map_devices(gpus, None),
                              setup=setup)
     else:
-        from executor.ray_backend.run import run_plan_ray
+        from weave_rl.executor.ray_backend.run import run_plan_ray
 
         res = run_plan_ray(plan, topo, jobs, out, iterations=iterations, setup=setup)
     recs = res.controller.records

@@ -11,10 +11,10 @@ a. Weave micro-benchmarks (a), (b), (c) (the jobs of ``bench.planner``), planned
    with the plan's elastic rules and shared links. Throughput per $ = steady-state job-iterations per
    hour / the plan's $/h. Paper: Weave at 1.82x / 1.90x / 1.99x of Solo-D and 1.47x / 1.35x / 1.43x
    of veRL. Target: optimal >= weave on each.
-b. A Mixed trace (``profiles.generators.generate("Mixed", N, seed)``: Table 6 phase ranges, Poisson
+b. A Mixed trace (``weave_rl.profiles.generators.generate("Mixed", N, seed)``: Table 6 phase ranges, Poisson
    arrivals of mean gap 1800 s, SLO ~ U(1, 2), 50-300 iterations) on ``weave-testbed`` with duration
    variance: every phase ``{mean: d, std: 0.1 d}``. Time-averaged and peak $/h, SLO attainment,
-   admission wait for solo, colocate, weave and optimal-with-admission (``planner.online``; reported
+   admission wait for solo, colocate, weave and optimal-with-admission (``weave_rl.planner.online``; reported
    as missing while it does not exist). Then the admission policy planned at quantile 0.95 against
    ``max`` (Weave's worst case). Target: lower cost at 0.95 with SLO attainment >= 99%.
    Every figure is given with syncs sharing the single 20 Gbit/s inter-cluster link (the physical
@@ -40,17 +40,17 @@ import time
 from dataclasses import dataclass
 
 from bench.planner import MICRO, micro_jobs, say, table
-from executor.config import ElasticRules
-from executor.drift import DriftReplanner, parse_drift
-from executor.outputs import metrics
-from executor.run import simulate_plan
-from executor.sim import SimModel
-from executor.trace import BaselinePlanner, run_trace
-from planner.api import make_plan
-from planner.model import PlanningModel
-from profiles.generators import generate
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import Topology, load_topology
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.drift import DriftReplanner, parse_drift
+from weave_rl.executor.outputs import metrics
+from weave_rl.executor.run import simulate_plan
+from weave_rl.executor.sim import SimModel
+from weave_rl.executor.trace import BaselinePlanner, run_trace
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.model import PlanningModel
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, load_topology
 
 POLICIES = ["solo", "colocate", "weave", "optimal"]
 PAPER_VS_SOLO = {"a": 1.82, "b": 1.90, "c": 1.99}
@@ -88,9 +88,9 @@ class Timed:
 
 
 def online_planner(topology: Topology, quantile):
-    """``planner.online.OnlinePlanner`` on an empty cluster, or None while it does not exist."""
+    """``weave_rl.planner.online.OnlinePlanner`` on an empty cluster, or None while it does not exist."""
     try:
-        from planner.online import OnlinePlanner
+        from weave_rl.planner.online import OnlinePlanner
     except ImportError:
         return None
     return Timed(OnlinePlanner(topology, JobSet(), None, quantile=quantile))
@@ -282,8 +282,8 @@ EXAMPLES = {
 
 
 def section_fidelity(args) -> list[str]:
-    from planner.plan import load_plan
-    from profiles.jobs import load_jobs
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.profiles.jobs import load_jobs
 
     rows, verdicts = [], []
     for name, (topo_src, jobs_src) in EXAMPLES.items():

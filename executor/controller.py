@@ -2,7 +2,7 @@
 
 It owns the scheduling decisions and nothing physical:
 
-- per-GPU FIFO queues in the plan's order (``executor.queues``); a phase is *warmed* on its GPUs as
+- per-GPU FIFO queues in the plan's order (``weave_rl.executor.queues``); a phase is *warmed* on its GPUs as
   soon as they are free and it heads their queues, and *permitted* once its inputs are ready
   (rollout k after sync k-1-max_staleness, train k after rollout k, sync k after train k): a
   work-conserving run in the plan's order, not a replay of clock times. Choice: a phase never waits
@@ -11,7 +11,7 @@ It owns the scheduling decisions and nothing physical:
   example plan in ``plans/`` is tight, and with deterministic durations the simulated iteration
   matches ``iteration_s`` to within 0.01% (``tests/test_sim_fidelity.py``). Pacing phases to their
   offsets would hide exactly the slack the elastic rules exist to reclaim;
-- elastic rules (``executor.config.ElasticRules``): long-tail migration (at the threshold share of
+- elastic rules (``weave_rl.executor.config.ElasticRules``): long-tail migration (at the threshold share of
   responses the rollout keeps ``target_share`` of its GPUs, the rest go to their next queued phase;
   a rollout may start on part of its GPUs and grow as the others free up) and lending (a GPU whose
   next phase waits for its inputs longer than ``lend_min_gain`` round-trip switches joins a running
@@ -34,15 +34,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from executor.backend import Backend, Measured, PhaseRun, SyncRun
-from executor.config import ElasticRules
-from executor.queues import GpuQueue, JobSchedule, Key
-from executor.switching import changed_jobs, hot_joins
-from executor.switching import closure as affected
-from planner.model import PlanningModel
-from planner.plan import GroupPlan, JobPlan, Plan
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import Topology, node_of
+from weave_rl.executor.backend import Backend, Measured, PhaseRun, SyncRun
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.queues import GpuQueue, JobSchedule, Key
+from weave_rl.executor.switching import changed_jobs, hot_joins
+from weave_rl.executor.switching import closure as affected
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import GroupPlan, JobPlan, Plan
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, node_of
 
 _node_of = lru_cache(maxsize=None)(node_of)  # GPU id -> node, called in every hot path
 

@@ -20,7 +20,7 @@ once and its EWMA restarts. ``alpha`` defaults to 0.3: with 10% noise the EWMA t
 about 4%, so a 15% threshold is not crossed by noise alone.
 
 Replanning (``DriftReplanner``): refit the job's profile from its records since the drift showed
-(at most the last ``window`` iterations; ``profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
+(at most the last ``window`` iterations; ``weave_rl.profiles.fit.fit_jobs``), then call the planner's ``replan`` with all live jobs; the
 controller switches to the new plan at the cycle boundary of the groups it changes, charging moved
 jobs ``migration_cost_s`` (the planner's price of a move, and by default the delay before a moved job
 starts again; ``migration_delay_s`` sets the delay apart, e.g. 0 on real workers, where the move
@@ -34,10 +34,10 @@ from typing import Any, Callable, Protocol
 
 import pandas as pd
 
-from executor.controller import Controller
-from profiles.fit import fit_jobs
-from profiles.jobs import JobSet
-from weave.errors import InputError
+from weave_rl.executor.controller import Controller
+from weave_rl.profiles.fit import fit_jobs
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.core.errors import InputError
 
 TEMPLATES = ("increasing", "decreasing", "mixed")
 SYNTAX = "JOB:PHASE:FACTOR@TIME or increasing:M / decreasing:M / mixed:M, comma-separated"
@@ -168,7 +168,7 @@ class DriftDetector:
 
 
 class ReplanPlanner(Protocol):
-    """The part of ``planner.online.OnlinePlanner`` that drift replanning calls."""
+    """The part of ``weave_rl.planner.online.OnlinePlanner`` that drift replanning calls."""
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
                threads: int = 2) -> Any: ...

@@ -5,9 +5,9 @@ Several faults are separated by commas: ``train-000@120+30,rollout-003@900+600``
 
 from __future__ import annotations
 
-from executor.sim import Fault
-from topology.topology import Topology
-from weave.errors import InputError
+from weave_rl.executor.sim import Fault
+from weave_rl.topology.topology import Topology
+from weave_rl.core.errors import InputError
 
 SYNTAX = "NODE@T+D (node down at T seconds for D seconds), comma-separated"
 

@@ -2,7 +2,7 @@
 
 Usage (``weave simulate --metrics-port`` and ``weave run --metrics-port`` do exactly this)::
 
-    from executor.monitoring import start_metrics_server
+    from weave_rl.executor.monitoring import start_metrics_server
 
     server = start_metrics_server(controller, port, addr="127.0.0.1")  # or a ControllerMonitor
     ...                    # drive the controller; GET http://127.0.0.1:{server.port}/metrics
@@ -56,10 +56,10 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import Metric
 
-from executor.controller import Controller
-from executor.outputs import held_stats
-from topology.topology import node_of
-from weave.errors import InputError
+from weave_rl.executor.controller import Controller
+from weave_rl.executor.outputs import held_stats
+from weave_rl.topology.topology import node_of
+from weave_rl.core.errors import InputError
 
 PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 1200, 3600, float("inf"))
 SHORT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, float("inf"))

@@ -23,9 +23,9 @@ from statistics import mean
 
 import pandas as pd
 
-from executor.controller import Controller
-from planner.model import PlanningModel
-from profiles.records import records_frame, write_records
+from weave_rl.executor.controller import Controller
+from weave_rl.planner.model import PlanningModel
+from weave_rl.profiles.records import records_frame, write_records
 
 
 def records_table(controller: Controller) -> pd.DataFrame:

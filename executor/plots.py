@@ -1,7 +1,7 @@
 """Pictures of a simulated run: a Gantt PNG and a plotly HTML timeline per group, and utilization.
 
 The timeline draws what ran, from the records: one row per node, one bar per phase on each node
-its planned GPUs sit on (rollout light, train full colour, as in ``planner.gantt``), warm switches
+its planned GPUs sit on (rollout light, train full colour, as in ``weave_rl.planner.gantt``), warm switches
 as thin grey bars before the phase, syncs as a hatched strip on the receivers' rows. Failures and
 plan switches are vertical lines. A PNG shows at most ``window`` seconds (from the middle of the
 run, where the steady state is); the HTML shows the whole run up to ``MAX_BARS`` bars per group.
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from planner.gantt import PALETTE, phase_colour, tint
+from weave_rl.planner.gantt import PALETTE, phase_colour, tint
 
 MAX_GROUPS = 12
 MAX_BARS = 4000

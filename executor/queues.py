@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from planner.plan import GroupPlan, JobPlan, PhaseSlot
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot
 
 Key = tuple[str, str, int]  # (job, phase, iteration)
 EPS = 1e-9

@@ -6,12 +6,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from executor.config import ElasticRules
-from executor.controller import Controller
-from executor.sim import DriftFn, Fault, SimBackend, SimModel
-from planner.plan import Plan
-from profiles.jobs import JobSet
-from topology.topology import Topology
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.controller import Controller
+from weave_rl.executor.sim import DriftFn, Fault, SimBackend, SimModel
+from weave_rl.planner.plan import Plan
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.topology.topology import Topology
 
 Progress = Callable[[float, float], None]  # (done share 0..1, simulated time)
 

@@ -37,11 +37,11 @@ from typing import Callable, Sequence
 import networkx as nx
 import numpy as np
 
-from executor.backend import Callbacks, Measured, PhaseRun, SyncRun
-from executor.events import EventQueue, Timer
-from planner.model import PlanningModel
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import Topology, node_of, switch_of
+from weave_rl.executor.backend import Callbacks, Measured, PhaseRun, SyncRun
+from weave_rl.executor.events import EventQueue, Timer
+from weave_rl.planner.model import PlanningModel
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, node_of, switch_of
 
 _node_of = lru_cache(maxsize=None)(node_of)  # GPU id -> node, called in every hot path
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from planner.plan import GroupPlan, JobPlan
+from weave_rl.planner.plan import GroupPlan, JobPlan
 
 Placement = tuple[GroupPlan, JobPlan]
 

@@ -4,9 +4,9 @@ Arrivals go through the planner's ``admit`` and departures through ``release``; 
 be admitted waits and is offered again after every departure. Optionally, every ``reopt_every_s``
 seconds the planner's ``replan`` re-optimizes all live jobs, and each job it moves pays
 ``migration_cost_s`` before its next iteration. The planner is anything with the interface of
-``planner.online.OnlinePlanner`` (``admit``, ``release``, ``replan``, ``plan``); ``BaselinePlanner``
+``weave_rl.planner.online.OnlinePlanner`` (``admit``, ``release``, ``replan``, ``plan``); ``BaselinePlanner``
 gives the same interface to the solo, colocate and weave policies by re-planning the live jobs with
-``planner.api.make_plan`` and keeping every unchanged group on its nodes (``stabilize``).
+``weave_rl.planner.api.make_plan`` and keeping every unchanged group on its nodes (``stabilize``).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from executor.config import ElasticRules
-from executor.controller import Controller
-from executor.run import Progress, SimResult
-from executor.sim import DriftFn, Fault, SimBackend, SimModel
-from planner.api import make_plan
-from planner.online import Admission, Replan
-from planner.plan import GroupPlan, Plan, SolverInfo
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import Topology, node_of
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.controller import Controller
+from weave_rl.executor.run import Progress, SimResult
+from weave_rl.executor.sim import DriftFn, Fault, SimBackend, SimModel
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.online import Admission, Replan
+from weave_rl.planner.plan import GroupPlan, Plan, SolverInfo
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, node_of
 
 
 class OnlineLike(Protocol):
@@ -36,7 +36,7 @@ class OnlineLike(Protocol):
 
 
 def empty_plan(topology: Topology, policy: str, quantile: float | str, elastic: dict | None = None) -> Plan:
-    from planner.plan import DEFAULT_ELASTIC
+    from weave_rl.planner.plan import DEFAULT_ELASTIC
 
     return Plan(policy=policy, quantile=quantile, topology=topology.name, cost_usd_per_hour=0.0,
                 solver=SolverInfo(name="none", status="EMPTY"),

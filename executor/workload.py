@@ -23,6 +23,7 @@ phase after a fault produces the same samples.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
@@ -113,6 +114,9 @@ class Workload(ABC):
 
 WorkloadFactory = Callable[[str, Mapping[str, Any], int], Workload]
 _REGISTRY: dict[str, WorkloadFactory] = {}
+# Built-in kinds: the module whose import registers each. Looked up by name, like a plugin, so that
+# this contract stays below the workloads that implement it (no import cycle).
+BUILTIN_KINDS = {"grpo": "weave_rl.executor.rl", "bandit": "weave_rl.executor.local.toy"}
 
 
 def register_workload(kind: str) -> Callable[[WorkloadFactory], WorkloadFactory]:
@@ -125,14 +129,24 @@ def register_workload(kind: str) -> Callable[[WorkloadFactory], WorkloadFactory]
     return add
 
 
+def workload_factory(kind: str) -> WorkloadFactory:
+    """The factory registered for ``kind``, importing a built-in kind's module on first use.
+
+    Raises ``ValueError`` naming the known kinds, or the reason a built-in kind cannot be loaded."""
+    if kind not in _REGISTRY and kind in BUILTIN_KINDS:
+        try:
+            importlib.import_module(BUILTIN_KINDS[kind])
+        except ImportError as exc:
+            raise ValueError(f"the built-in {kind} workload is not available ({exc})") from None
+    if kind not in _REGISTRY:
+        known = ", ".join(sorted(set(_REGISTRY) | set(BUILTIN_KINDS)))
+        raise ValueError(f"unknown workload kind {kind!r} (known: {known})")
+    return _REGISTRY[kind]
+
+
 def build_workload(job: str, block: Mapping[str, Any] | None, *, default_seed: int = 0) -> Workload:
     """The Workload for a job's ``workload`` block (``{kind: grpo, ...}``; grpo when absent)."""
     block = dict(block or {})
     kind = str(block.pop("kind", "grpo"))
     seed = int(block.pop("seed", default_seed))
-    if kind == "grpo":
-        import executor.rl  # noqa: F401  registers the built-in GRPO job
-    if kind not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise ValueError(f"unknown workload kind {kind!r} (known: {known})")
-    return _REGISTRY[kind](job, block, seed)
+    return workload_factory(kind)(job, block, seed)

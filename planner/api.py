@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from planner.model import PlanningModel
-from planner.plan import POLICIES, Plan, SolverInfo
-from profiles.jobs import JobSet
-from topology.topology import Topology
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import POLICIES, Plan, SolverInfo
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.topology.topology import Topology
 
 OBJECTIVES = ("cost", "iteration-time")
 
@@ -27,18 +27,18 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
     started = time.perf_counter()
     model = PlanningModel(topology, jobs, quantile)
     if policy == "optimal":
-        from planner.optimal import NoPlanInTime
-        from planner.optimize import plan_optimal
+        from weave_rl.planner.optimal import NoPlanInTime
+        from weave_rl.planner.optimize import plan_optimal
 
         try:
             if objective == "iteration-time":
-                from planner.iteration import plan_min_iteration
+                from weave_rl.planner.iteration import plan_min_iteration
 
                 return plan_min_iteration(model, time_limit_s=time_limit_s, threads=threads, progress=progress)
             return plan_optimal(model, max_group_size=max_group_size, time_limit_s=time_limit_s, threads=threads,
                                 progress=progress, solver=solver, start=start).plan
         except NoPlanInTime as exc:
-            from planner.baselines import plan_weave
+            from weave_rl.planner.baselines import plan_weave
 
             fallback = exc.fallback or plan_weave(model, max_group_size=max_group_size)
             note = f"fallback to the weave policy: {exc}"
@@ -49,7 +49,7 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
                 "lower_bound_usd_per_hour": round(bound, 6) if bound is not None else fallback.lower_bound_usd_per_hour,
                 "solver": SolverInfo(name="weave", status="FALLBACK", wall_s=round(time.perf_counter() - started, 3),
                                      gap=gap, bound=None if bound is None else round(bound, 6), note=note)})
-    from planner import baselines
+    from weave_rl.planner import baselines
 
     if policy == "weave":
         return baselines.plan_weave(model, max_group_size=max_group_size)

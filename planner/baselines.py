@@ -1,6 +1,6 @@
 """Baseline planning policies: Solo-D, veRL-style colocation, and Weave's online Algorithm 1.
 
-Each policy is ``plan_<name>(model, **opts) -> Plan`` and returns a plan that ``planner.check``
+Each policy is ``plan_<name>(model, **opts) -> Plan`` and returns a plan that ``weave_rl.planner.check``
 accepts. They share the bookkeeping below:
 
 - ``NodeAllocator`` hands out whole free nodes of a cluster in id order (``rollout-000``, ...), so
@@ -9,7 +9,7 @@ accepts. They share the bookkeeping below:
   drafted first (a job whose rollout and train live in one cluster shares a node the way the solo
   reference in ``PlanningModel.solo_placement`` does);
 - ``_Ledger`` tracks the host memory pinned per node (the residency constraint);
-- every group's timetable is the round-robin meta-iteration of ``planner.roundrobin``, and a job is
+- every group's timetable is the round-robin meta-iteration of ``weave_rl.planner.roundrobin``, and a job is
   placed only where every member of its group still meets its SLO.
 
 A job that cannot be placed is rejected with the reason (SLO below 1, no cluster of an allowed GPU
@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from planner.model import PlanningModel
-from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
-from planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
-from profiles.jobs import JobSpec, PhaseSpec
-from topology.spec import ClusterSpec
-from topology.topology import Topology, node_of
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
+from weave_rl.planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
+from weave_rl.profiles.jobs import JobSpec, PhaseSpec
+from weave_rl.topology.spec import ClusterSpec
+from weave_rl.topology.topology import Topology, node_of
 
 SLO_TOL = 1e-9  # relative slack on ``cycle <= slo * solo`` for float round-off only
 

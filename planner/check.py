@@ -2,7 +2,7 @@
 
 It re-derives everything from the plan, the topology and the jobs file with the shared
 ``PlanningModel`` (durations, warm-switch, sync and solo times) and never imports a solver module
-(``planner.optimal``, ``planner.timetable``, ``planner.baselines``, ``planner.weave``), so a planner
+(``weave_rl.planner.optimal``, ``weave_rl.planner.timetable``, ``weave_rl.planner.baselines``, ``weave_rl.planner.weave``), so a planner
 bug cannot hide behind itself. ``check_plan`` lists every violation, one rule name each:
 
 ==============  ==================================================================================
@@ -37,10 +37,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
-from planner.model import PlanningModel
-from planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import Topology, node_of
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, node_of
 
 RULES = ("placement", "nodes", "phases", "duration", "overlap", "chain", "iteration", "memory", "cost",
          "topology")

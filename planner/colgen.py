@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from planner.columns import Column, Incumbent
-from planner.optimal import Candidate, CandidateBuilder, PhaseOption
-from topology.topology import Topology
+from weave_rl.planner.columns import Column, Incumbent
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption
+from weave_rl.topology.topology import Topology
 
 SCALE = 10_000  # CP-SAT objective unit: 1e-4 $/h
 EPS = 1e-6

@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from planner.model import PlanningModel
-from planner.plan import GroupPlan
-from planner.roundrobin import round_robin_timetable
-from planner.timetable import Member, PhaseTime, Timetable, solve_timetable
-from topology.topology import Topology, node_of
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import GroupPlan
+from weave_rl.planner.roundrobin import round_robin_timetable
+from weave_rl.planner.timetable import Member, PhaseTime, Timetable, solve_timetable
+from weave_rl.topology.topology import Topology, node_of
 
 SLO_TOL = 1e-9
 
@@ -79,7 +79,7 @@ class FreeNodes:
 def materialize(model: PlanningModel, column: Column, free: FreeNodes) -> tuple[list[Member], list[str]]:
     """The column's members with concrete GPUs, and its nodes."""
     if column.candidate is not None:
-        from planner.optimal import candidate_members
+        from weave_rl.planner.optimal import candidate_members
 
         return candidate_members(model, column.candidate, free)  # type: ignore[arg-type]
     group = column.template

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
-from planner.plan import GroupPlan, Plan
+from weave_rl.planner.plan import GroupPlan, Plan
 
 By = Literal["node", "gpu"]
 GPU_PHASES = ("rollout", "train")

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
-from planner.pricing import _candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
+from weave_rl.planner.pricing import _candidate
 
 EPS = 1e-7
 TOL = 1e-9

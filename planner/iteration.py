@@ -12,11 +12,11 @@ from __future__ import annotations
 import itertools
 import time
 
-from planner.model import PlanningModel
-from planner.optimal import _admissible, group_plan, phase_options
-from planner.plan import DEFAULT_ELASTIC, Plan, SolverInfo
-from planner.timetable import Member, solve_timetable
-from topology.topology import node_of
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import _admissible, group_plan, phase_options
+from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, SolverInfo
+from weave_rl.planner.timetable import Member, solve_timetable
+from weave_rl.topology.topology import node_of
 
 MAX_COMBINATIONS = 4096
 
@@ -55,7 +55,7 @@ def plan_min_iteration(model: PlanningModel, *, time_limit_s: float = 60.0, thre
             best = (tt, members)
             say(f"cycle {tt.cycle_s:.2f} s with " + ", ".join(f"{r.gpus}+{t.gpus}" for r, t in combo))
     if best is None:
-        from planner.optimal import NoPlanInTime
+        from weave_rl.planner.optimal import NoPlanInTime
 
         raise NoPlanInTime(f"no feasible timetable found within {time_limit_s:g} s")
     tt, members = best

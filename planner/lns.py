@@ -29,8 +29,8 @@ from typing import Callable, Mapping
 
 from ortools.sat.python import cp_model
 
-from planner.columns import Column, Incumbent
-from topology.topology import Topology
+from weave_rl.planner.columns import Column, Incumbent
+from weave_rl.topology.topology import Topology
 
 
 def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: Incumbent, *, banned: set[int],

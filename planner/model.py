@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import Topology, node_of
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, node_of
 
 SYNC_MODEL = "two_stage"
 

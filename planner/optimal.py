@@ -24,11 +24,11 @@ from typing import Callable, Iterator
 
 from ortools.sat.python import cp_model
 
-from planner.model import PlanningModel, ceil_ms
-from planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
-from planner.timetable import Member, Timetable, solve_timetable
-from profiles.jobs import JobSpec
-from topology.topology import Topology
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
+from weave_rl.planner.timetable import Member, Timetable, solve_timetable
+from weave_rl.profiles.jobs import JobSpec
+from weave_rl.topology.topology import Topology
 
 Progress = Callable[[str], None]
 
@@ -381,7 +381,7 @@ class EnumerationBudget(RuntimeError):
 
 
 def _admissible(model: PlanningModel) -> tuple[list[Rejection], list[int]]:
-    from weave.inputs import job_fit_problems
+    from weave_rl.planner.fit import job_fit_problems
 
     problems = {p.job: p.reason for p in job_fit_problems(model.jobs, model.topology)}
     rejected, ok = [], []

@@ -74,18 +74,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
+from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
                             reject_penalty, solve_integer)
-from planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
-from planner.halves import decomposed_plan, half, phases_apart
-from planner.lns import improve
-from planner.model import PlanningModel
-from planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
+from weave_rl.planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
+from weave_rl.planner.halves import decomposed_plan, half, phases_apart
+from weave_rl.planner.lns import improve
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
                              packing_half_bounds, packing_lower_bound, work_lower_bound)
-from planner.pricing import PricingPool, price_exact
-from planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
-from planner.regroup import eligible, regroup
-from planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
+from weave_rl.planner.pricing import PricingPool, price_exact
+from weave_rl.planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
+from weave_rl.planner.regroup import eligible, regroup
+from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 
 Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
@@ -416,15 +416,15 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
 
 
 def _repair(model: PlanningModel, groups: list[GroupPlan], jobs: list[int], max_group_size: int) -> Plan:
-    """``groups`` kept as they are, each of ``jobs`` admitted around them (planner.online)."""
-    from planner.online import OnlinePlanner
+    """``groups`` kept as they are, each of ``jobs`` admitted around them (planner.admission)."""
+    from weave_rl.planner.admission import AdmissionPlanner
 
     partial = Plan.model_construct(version=1, policy="optimal", objective="cost", quantile=model.quantile,
                                    topology=model.topology.name, solver=SolverInfo(name="repair", status="FEASIBLE"),
                                    cost_usd_per_hour=round(sum(g.usd_per_hour or 0.0 for g in groups), 6),
                                    lower_bound_usd_per_hour=None, groups=groups, rejected=[],
                                    elastic=dict(DEFAULT_ELASTIC))
-    online = OnlinePlanner(model.topology, model.jobs, partial, quantile=model.quantile,
+    online = AdmissionPlanner(model.topology, model.jobs, partial, quantile=model.quantile,
                            max_group_size=max_group_size, link_budget=None)
     specs = model.jobs.jobs
     for j in sorted(jobs, key=lambda j: -specs[j].weight_bytes):  # big jobs first, while nodes are free
@@ -440,7 +440,7 @@ def _worse(plan: Plan, other: Plan) -> bool:
 def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | None) -> list[tuple[bool, Plan]]:
     """(trusted, plan): the weave heuristic's plan, made for this model, and the previous plan, whose
     groups are checked against the current profiles before use."""
-    from planner.baselines import plan_weave
+    from weave_rl.planner.baselines import plan_weave
 
     sources = [(True, plan_weave(model, max_group_size=max_group_size))]
     if start is not None:

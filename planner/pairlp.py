@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from planner.halves import half, phases_apart, solve_lp
-from planner.optimal import CandidateBuilder
-from planner.regroup import eligible
+from weave_rl.planner.halves import half, phases_apart, solve_lp
+from weave_rl.planner.optimal import CandidateBuilder
+from weave_rl.planner.regroup import eligible
 
 TOL = 1e-9  # the candidate rules' tolerance on times
 EPS = 1e-7  # reduced costs

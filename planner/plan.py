@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from weave.errors import InputError, from_validation_error
-from weave.yamlio import dump_yaml, load_yaml_file
+from weave_rl.core.errors import InputError, from_validation_error
+from weave_rl.core.yamlio import dump_yaml, load_yaml_file
 
 PhaseName = Literal["rollout", "train", "sync"]
 POLICIES = ("optimal", "weave", "solo", "colocate")

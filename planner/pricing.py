@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, set_partitions
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, set_partitions
 
 EPS = 1e-6
 TOL = 1e-9

@@ -35,8 +35,8 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
-from planner.pricing import _candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
+from weave_rl.planner.pricing import _candidate
 
 MS = 1000  # times in whole milliseconds (every duration is already rounded up to them)
 WINDOW_JOBS = 25  # jobs per window (saving a training node needs five groups or more re-cut at once)

@@ -29,11 +29,11 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
-from planner.model import PlanningModel, ceil_ms
-from profiles.jobs import JobSpec
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.profiles.jobs import JobSpec
 
 if TYPE_CHECKING:
-    from planner.plan import GroupPlan
+    from weave_rl.planner.plan import GroupPlan
 
 GPU_PHASES = ("rollout", "train")
 
@@ -202,7 +202,7 @@ def _offset(start: float, cycle: float) -> float:
 def group_plan(topology, name: str, members: Sequence[Member], phases: dict[str, dict[str, PhaseTime]],
                cycle_s: float, nodes: Sequence[str], solo_of) -> "GroupPlan":
     """The plan of one group: each member's rollout, train and sync at their times in the cycle."""
-    from planner.plan import GroupPlan, JobPlan, PhaseSlot
+    from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot
 
     jobs = []
     for m in members:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.model import PlanningModel
-from profiles.jobs import JobSpec
-from topology.topology import node_of
+from weave_rl.planner.model import PlanningModel
+from weave_rl.profiles.jobs import JobSpec
+from weave_rl.topology.topology import node_of
 
 MS = 1000  # CP-SAT time unit: milliseconds
 

@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from profiles.jobs import PHASES, JobSet, PhaseSpec, phase_to_data
-from profiles.records import validate_records
-from topology.catalog import GpuType
-from weave.errors import InputError
+from weave_rl.profiles.jobs import PHASES, JobSet, PhaseSpec, phase_to_data
+from weave_rl.profiles.records import validate_records
+from weave_rl.topology.catalog import GpuType
+from weave_rl.core.errors import InputError
 
 KNOWN_PHASES = ("rollout", "train", "reward", "sync")
 

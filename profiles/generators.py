@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiles.jobs import JobSet, JobSpec
+from weave_rl.profiles.jobs import JobSet, JobSpec
 
 FAMILIES = ["micro", "BL", "RH", "TH", "Mixed", "seed"]
 

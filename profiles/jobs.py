@@ -23,10 +23,10 @@ from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from profiles.durations import Duration, _num
-from topology.catalog import BUILTIN_GPU_TYPES, GpuType
-from weave.errors import InputError, from_validation_error
-from weave.yamlio import dump_yaml, load_yaml_file
+from weave_rl.profiles.durations import Duration, _num
+from weave_rl.topology.catalog import BUILTIN_GPU_TYPES, GpuType
+from weave_rl.core.errors import InputError, from_validation_error
+from weave_rl.core.yamlio import dump_yaml, load_yaml_file
 
 PHASES = ("rollout", "train")
 

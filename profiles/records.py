@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from weave.errors import InputError
+from weave_rl.core.errors import InputError
 
 RECORD_COLUMNS = ["job", "iteration", "phase", "gpus", "gpu_type", "start_s", "duration_s", "switch_s", "tokens"]
 STR_COLUMNS = ["job", "phase", "gpu_type"]

@@ -5,14 +5,14 @@ PCIe 256 Gbit/s, 20 Gbit/s + 1 ms between the clusters, NVLink 3600 Gbit/s)."""
 import pytest
 import yaml
 
-from planner.baselines import plan_colocate, plan_solo, plan_weave
-from planner.check import assert_valid
-from planner.model import PlanningModel, ceil_ms
-from planner.plan import load_plan
-from planner.roundrobin import Member, round_robin_timetable
-from profiles.generators import generate, micro_job
-from profiles.jobs import JobSet, JobSpec, jobs_to_data
-from topology.topology import load_topology, topology_from_data
+from weave_rl.planner.baselines import plan_colocate, plan_solo, plan_weave
+from weave_rl.planner.check import assert_valid
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.plan import load_plan
+from weave_rl.planner.roundrobin import Member, round_robin_timetable
+from weave_rl.profiles.generators import generate, micro_job
+from weave_rl.profiles.jobs import JobSet, JobSpec, jobs_to_data
+from weave_rl.topology.topology import load_topology, topology_from_data
 
 TESTBED = load_topology("weave-testbed")
 NODE_PAIR = 8 * 1.85 + 8 * 5.28  # one H20 node + one H800 node = 57.04 $/h
@@ -257,7 +257,7 @@ def test_slo_below_one_is_rejected_and_the_rest_planned(policy):
 
 @pytest.mark.parametrize("policy", ["weave", "solo"])
 def test_command_plans_the_rest_and_reports_the_rejection(tmp_path, capsys, policy):
-    from weave.cli import main
+    from weave_rl.cli.app import main
 
     jobs = JobSet(jobs=[job("bad", 100, 60, slo=0.9), A, B])
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump(jobs_to_data(jobs)))

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from bench.bruteforce import BruteForceStats, brute_force_cost
-from planner.api import make_plan
-from planner.model import PlanningModel
-from profiles.generators import generate
-from profiles.jobs import jobs_from_data
-from topology.topology import load_topology
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.model import PlanningModel
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import jobs_from_data
+from weave_rl.topology.topology import load_topology
 
 TRAIN, ROLLOUT = 8 * 5.28, 8 * 1.85
 ALONE = TRAIN + ROLLOUT  # 57.04

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.check import (
+from weave_rl.planner.check import (
     RULES,
     Violation,
     assert_valid,
@@ -22,10 +22,10 @@ from planner.check import (
     circular_segments,
     format_violations,
 )
-from planner.model import PlanningModel, ceil_ms
-from planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo, plan_from_data, plan_to_data
-from profiles.jobs import jobs_from_data
-from topology.topology import load_topology, topology_from_data, topology_to_data
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo, plan_from_data, plan_to_data
+from weave_rl.profiles.jobs import jobs_from_data
+from weave_rl.topology.topology import load_topology, topology_from_data, topology_to_data
 
 R_NODE, T_NODE = "rollout-000", "train-000"
 COST = 8 * 1.85 + 8 * 5.28  # 57.04
@@ -365,9 +365,10 @@ def test_checker_imports_no_solver():
     import subprocess
     import sys
 
-    code = ("import sys, planner.check; "
-            "bad = [m for m in sys.modules if m in ('planner.optimal', 'planner.timetable', 'planner.baselines', "
-            "'planner.weave') or m.startswith('ortools')]; print(bad); assert not bad")
+    code = ("import sys, weave_rl.planner.check; "
+            "bad = [m for m in sys.modules if m in ('weave_rl.planner.optimal', 'weave_rl.planner.timetable', "
+            "'weave_rl.planner.baselines', 'weave_rl.planner.optimize') or m.startswith('ortools')]; "
+            "print(bad); assert not bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from weave.cli import main
+from weave_rl.cli.app import main
 
 GOOD_JOB = {
     "name": "A", "params_b": 7, "slo": 1.5,
@@ -24,7 +24,7 @@ def write_jobs(tmp_path: Path, jobs: list, name: str = "jobs.yaml") -> Path:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "weave.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "weave_rl.cli.app", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_version(capsys):
@@ -48,7 +48,7 @@ def test_jobs_generate_and_show(tmp_path, capsys):
 
 
 def test_profile_fit_roundtrip(tmp_path):
-    from profiles.records import records_frame, write_records
+    from weave_rl.profiles.records import records_frame, write_records
 
     jobs = write_jobs(tmp_path, [GOOD_JOB])
     rows = [{"job": "A", "iteration": i, "phase": "rollout", "gpus": 8, "gpu_type": "H20", "start_s": 300.0 * i,

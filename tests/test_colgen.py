@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 from ortools.linear_solver import pywraplp
 
-from planner.api import make_plan
-from planner.check import assert_valid
-from planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty
-from planner.columns import template_column
-from planner.model import PlanningModel
-from planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
-from planner.columns import Column, Incumbent
-from planner.optimize import (CG_GAP, LpState, _candidate_column, _merge_dives, _price_out, _round_lp, _singletons,
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import assert_valid
+from weave_rl.planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty
+from weave_rl.planner.columns import template_column
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
+from weave_rl.planner.columns import Column, Incumbent
+from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _merge_dives, _price_out, _round_lp, _singletons,
                               plan_optimal)
-from planner.pricing import price_exact
-from profiles.generators import generate
-from profiles.jobs import jobs_from_data
-from topology.topology import load_topology
+from weave_rl.planner.pricing import price_exact
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import jobs_from_data
+from weave_rl.topology.topology import load_topology
 
 TESTBED = load_topology("weave-testbed")
 ALONE = 8 * 5.28 + 8 * 1.85
@@ -326,10 +326,10 @@ def test_fallback_to_weave_when_no_plan_is_verified_in_time():
 
 
 def test_fallback_keeps_the_bound_proved_before_time_ran_out(monkeypatch):
-    import planner.optimize
-    from planner.baselines import plan_weave
-    from planner.model import PlanningModel
-    from planner.optimal import NoPlanInTime
+    import weave_rl.planner.optimize
+    from weave_rl.planner.baselines import plan_weave
+    from weave_rl.planner.model import PlanningModel
+    from weave_rl.planner.optimal import NoPlanInTime
 
     jobs = generate("Mixed", 12, 2)
     weave = plan_weave(PlanningModel(TESTBED, jobs, 0.95))
@@ -338,7 +338,7 @@ def test_fallback_keeps_the_bound_proved_before_time_ran_out(monkeypatch):
     def out_of_time(*_args, **_kwargs):
         raise NoPlanInTime("no verified plan within 1 s", weave, bound)
 
-    monkeypatch.setattr(planner.optimize, "plan_optimal", out_of_time)
+    monkeypatch.setattr(weave_rl.planner.optimize, "plan_optimal", out_of_time)
     plan = make_plan(TESTBED, jobs, time_limit_s=1)
     assert plan.solver.status == "FALLBACK"
     assert plan.lower_bound_usd_per_hour == pytest.approx(bound, abs=1e-5)
@@ -347,7 +347,7 @@ def test_fallback_keeps_the_bound_proved_before_time_ran_out(monkeypatch):
 
 
 def test_out_of_time_while_verifying_keeps_the_verified_groups_and_admits_the_rest(monkeypatch):
-    import planner.optimize as optimize
+    import weave_rl.planner.optimize as optimize
 
     real = optimize._verify
 
@@ -369,7 +369,7 @@ def test_groups_laid_out_for_an_earlier_master_are_not_mixed_with_the_last_ones(
     # The first plan has a group without a timetable (banned, the master solves again); time runs out
     # while the second plan is verified. Only the groups laid out for the second plan may be kept:
     # nodes were laid out afresh for it, and those of the first may clash with them.
-    import planner.optimize as optimize
+    import weave_rl.planner.optimize as optimize
 
     real = optimize._verify
     calls = []

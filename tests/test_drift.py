@@ -2,15 +2,15 @@
 
 import pytest
 
-from executor.config import ElasticRules
-from executor.drift import DriftDetector, DriftReplanner, parse_drift
-from executor.outputs import job_metrics
-from executor.run import simulate_plan
-from executor.sim import SimModel
-from planner.api import make_plan
-from planner.online import OnlinePlanner
-from profiles.jobs import JobSet
-from weave.errors import InputError
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.drift import DriftDetector, DriftReplanner, parse_drift
+from weave_rl.executor.outputs import job_metrics
+from weave_rl.executor.run import simulate_plan
+from weave_rl.executor.sim import SimModel
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.online import OnlinePlanner
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.core.errors import InputError
 
 from test_sim import job, plan_of, solo_group, topo
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from planner.check import check_plan, format_violations
-from planner.plan import load_plan
-from profiles.jobs import load_jobs
-from topology.topology import load_topology
+from weave_rl.planner.check import check_plan, format_violations
+from weave_rl.planner.plan import load_plan
+from weave_rl.profiles.jobs import load_jobs
+from weave_rl.topology.topology import load_topology
 
 from example_plans import EXAMPLES, PLANS  # tests/ is on sys.path under pytest
 

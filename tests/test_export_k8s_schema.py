@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from planner.export.k8s_schema import dns_label, label_name, manifest_problems
+from weave_rl.planner.export.k8s_schema import dns_label, label_name, manifest_problems
 
 GOOD = {
     "apiVersion": "apps/v1",

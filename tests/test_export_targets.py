@@ -1,4 +1,4 @@
-"""``planner.export``: every target's output checked field by field against committed example plans
+"""``weave_rl.planner.export``: every target's output checked field by field against committed example plans
 (``tests/example_plans.py``), with hand-checked values on micro-a, micro-c and the seed plan."""
 
 import json
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.export import ExportOptions, export_data, export_plan
-from planner.export.k8s_schema import manifest_problems
-from planner.export.layout import global_ranks, rank_offsets
-from planner.plan import load_plan, plan_from_data
-from topology.topology import load_topology, node_of
-from weave.errors import InputError
+from weave_rl.planner.export import ExportOptions, export_data, export_plan
+from weave_rl.planner.export.k8s_schema import manifest_problems
+from weave_rl.planner.export.layout import global_ranks, rank_offsets
+from weave_rl.planner.plan import load_plan, plan_from_data
+from weave_rl.topology.topology import load_topology, node_of
+from weave_rl.core.errors import InputError
 
 from example_plans import EXAMPLES, PLANS  # tests/ is on sys.path under pytest
 
@@ -229,7 +229,7 @@ def test_written_files_read_back(tmp_path):
 
 
 def weave(*args):
-    return subprocess.run([sys.executable, "-m", "weave.cli", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "weave_rl.cli.app", *args], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.gantt import (
+from weave_rl.planner.gantt import (
     Segment,
     assign_lanes,
     gantt_html,
@@ -12,7 +12,7 @@ from planner.gantt import (
     job_colours,
     phase_segments,
 )
-from planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, SolverInfo
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, SolverInfo
 
 
 def gpus(node: str, idx) -> list[str]:
@@ -210,7 +210,7 @@ def test_png_many_groups_and_empty_plan(tmp_path):
 
 
 def test_plan_title_counts_hidden_groups():
-    from planner.gantt import plan_title
+    from weave_rl.planner.gantt import plan_title
 
     base = tiny_plan()
     many = base.model_copy(update={"groups": [base.groups[0]] * 15})

@@ -12,16 +12,16 @@ from collections import Counter
 
 import pytest
 
-import planner.optimize as optimize
-from planner.check import assert_valid
-from planner.columns import FreeNodes, group_timetable, materialize
-from planner.halves import decomposed_plan, half, halves_lower_bound, phases_apart
-from planner.model import PlanningModel
-from planner.optimal import packing_half_bounds
-from planner.optimize import _candidate_column, plan_optimal
-from planner.pricing import Pricing, price_exact
-from profiles.generators import generate
-from profiles.jobs import jobs_from_data
+import weave_rl.planner.optimize as optimize
+from weave_rl.planner.check import assert_valid
+from weave_rl.planner.columns import FreeNodes, group_timetable, materialize
+from weave_rl.planner.halves import decomposed_plan, half, halves_lower_bound, phases_apart
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import packing_half_bounds
+from weave_rl.planner.optimize import _candidate_column, plan_optimal
+from weave_rl.planner.pricing import Pricing, price_exact
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import jobs_from_data
 from testbed import ROLLOUT_NODE, TESTBED, TRAIN_NODE, builder_for  # tests/ is on sys.path under pytest
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.check import check_plan
-from planner.plan import load_plan
-from profiles.jobs import load_jobs
-from profiles.records import read_records
-from topology.topology import load_topology
+from weave_rl.planner.check import check_plan
+from weave_rl.planner.plan import load_plan
+from weave_rl.profiles.jobs import load_jobs
+from weave_rl.profiles.records import read_records
+from weave_rl.topology.topology import load_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "examples" / "logs"
@@ -21,7 +21,7 @@ MICRO_A = ROOT / "plans" / "inputs"
 
 
 def weave(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "weave.cli", *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "weave_rl.cli.app", *args], capture_output=True, text=True, timeout=300,
                           cwd=ROOT)
 
 

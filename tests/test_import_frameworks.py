@@ -1,16 +1,16 @@
-"""``profiles.importers``: each framework's example log -> records, value by value (checkable by hand
+"""``weave_rl.profiles.importers``: each framework's example log -> records, value by value (checkable by hand
 from ``examples/logs``), and the skip / error rules."""
 
 from pathlib import Path
 
 import pytest
 
-from profiles.importers import IMPORTERS, ImportOptions, import_framework_log
-from profiles.importers.config import lookup
-from profiles.importers.roll import device_mapping
-from profiles.importers.verl import parse_console
-from profiles.records import validate_records
-from weave.errors import InputError
+from weave_rl.profiles.importers import IMPORTERS, ImportOptions, import_framework_log
+from weave_rl.profiles.importers.config import lookup
+from weave_rl.profiles.importers.roll import device_mapping
+from weave_rl.profiles.importers.verl import parse_console
+from weave_rl.profiles.records import validate_records
+from weave_rl.core.errors import InputError
 
 LOGS = Path(__file__).resolve().parent.parent / "examples" / "logs"
 SPLIT = ImportOptions(gpu_type="rollout=H20,train=H800")

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from planner.columns import Column, Incumbent
-from planner.lns import improve
-from topology.topology import load_topology
+from weave_rl.planner.columns import Column, Incumbent
+from weave_rl.planner.lns import improve
+from weave_rl.topology.topology import load_topology
 
 TESTBED = load_topology("weave-testbed")
 PENALTY = 1_000.0
@@ -81,8 +81,8 @@ class _Model:  # what the search reads of a planning model when timetables are s
 def test_parallel_search_merges_the_workers_plans_and_bans(monkeypatch):
     # Two forked searches per epoch. Pair (0, 1) has no timetable (its check fails in a worker):
     # the parent learns of it (banned, its timetable kept) and the best plan uses pair (2, 3).
-    import planner.optimize as optimize
-    from planner.timetable import Timetable
+    import weave_rl.planner.optimize as optimize
+    from weave_rl.planner.timetable import Timetable
 
     def timetabled(model, columns, new, timetables, deadline, threads):
         for i in new:

@@ -31,7 +31,7 @@ import yaml
 two_devices = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not torch.cuda.is_available(),
                                  reason="needs two devices")
 
-WEAVE = [sys.executable, "-c", "import sys; from weave.cli import run; sys.argv[0] = 'weave'; run()"]
+WEAVE = [sys.executable, "-c", "import sys; from weave_rl.cli.app import run; sys.argv[0] = 'weave'; run()"]
 BATCH = 32
 STEPS = 1000
 EPOCHS_A, EPOCHS_B = 50, 1000
@@ -172,14 +172,14 @@ def test_a_replan_that_leaves_a_running_job_unplaced_is_not_applied():
     """On the one-node ``local`` topology a refit that makes A much faster tightens A's SLO until B
     no longer fits beside it: the planner's new plan rejects B. Switching to it would stop B for
     good; the replanner keeps the plan in force (and says so) and both jobs finish."""
-    from executor.config import ElasticRules
-    from executor.drift import DriftReplanner, parse_drift
-    from executor.run import simulate_plan
-    from executor.sim import SimModel
-    from planner.api import make_plan
-    from planner.online import OnlinePlanner
-    from profiles.jobs import JobSet, JobSpec
-    from topology.topology import load_topology
+    from weave_rl.executor.config import ElasticRules
+    from weave_rl.executor.drift import DriftReplanner, parse_drift
+    from weave_rl.executor.run import simulate_plan
+    from weave_rl.executor.sim import SimModel
+    from weave_rl.planner.api import make_plan
+    from weave_rl.planner.online import OnlinePlanner
+    from weave_rl.profiles.jobs import JobSet, JobSpec
+    from weave_rl.topology.topology import load_topology
 
     topo = load_topology("local")
     spec = lambda name: JobSpec(name=name, params_b=0.0001, slo=2.0,  # noqa: E731
@@ -213,12 +213,12 @@ def test_resume_after_a_plan_switch_runs_the_plan_in_force(tmp_path):
     """A switch moves B to the other node; the controller dies two iterations later; ``--resume``
     (the library call) runs the journaled plan in force, not the run's first plan, restoring every
     job from its checkpoint: all iterations complete, every sample trained on exactly once."""
-    from executor.local.devices import map_devices
-    from executor.local.run import run_plan_local
-    from planner.api import make_plan
-    from planner.online import replan
-    from profiles.jobs import JobSet, JobSpec
-    from topology.topology import topology_from_data
+    from weave_rl.executor.local.devices import map_devices
+    from weave_rl.executor.local.run import run_plan_local
+    from weave_rl.planner.api import make_plan
+    from weave_rl.planner.online import replan
+    from weave_rl.profiles.jobs import JobSet, JobSpec
+    from weave_rl.topology.topology import topology_from_data
 
     topo = topology_from_data(yaml.safe_load(TOPOLOGY))
     small = {"kind": "bandit", "batch": BATCH, "hidden": 32, "steps": 4, "epochs": 1}

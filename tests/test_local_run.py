@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 import torch
 
-from profiles.records import RECORD_COLUMNS
-from weave.cli import main
+from weave_rl.profiles.records import RECORD_COLUMNS
+from weave_rl.cli.app import main
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not torch.cuda.is_available(),
                                 reason="the local topology needs two devices")
 
-WEAVE = [sys.executable, "-c", "import sys; from weave.cli import run; sys.argv[0] = 'weave'; run()"]
+WEAVE = [sys.executable, "-c", "import sys; from weave_rl.cli.app import run; sys.argv[0] = 'weave'; run()"]
 BATCH = 32
 
 
@@ -34,7 +34,7 @@ def jobs_yaml(steps: int, epochs: int, hidden: int, grpo: bool) -> str:
     rollout: {{gpus: 1, gpu_type: {t}, duration_s: 1.0, host_mem_gb: 0.1}}
     train: {{gpus: 1, gpu_type: {t}, duration_s: 0.8, host_mem_gb: 0.1}}
 """ + ("" if grpo else "    workload: {block}\n")  # no workload block: the built-in grpo job
-    from topology.topology import load_topology
+    from weave_rl.topology.topology import load_topology
 
     t = load_topology("local").gpu_type_of("local-000:0")
     return "jobs:\n" + "".join(job.format(name=n, t=t, block=block) for n in ("A", "B"))
@@ -74,7 +74,7 @@ elastic: {}
 
 def write_inputs(folder: Path, steps: int = 4, epochs: int = 1, hidden: int = 64,
                  grpo: bool = False) -> tuple[Path, Path]:
-    from topology.topology import load_topology
+    from weave_rl.topology.topology import load_topology
 
     folder.mkdir(parents=True, exist_ok=True)
     gpu_type = load_topology("local").gpu_type_of("local-000:0")
@@ -114,10 +114,10 @@ def expected_ids(job: str, iterations: int) -> list[str]:
 
 
 def test_plan_is_valid(tmp_path):
-    from planner.check import check_plan
-    from planner.plan import load_plan
-    from profiles.jobs import load_jobs
-    from topology.topology import load_topology
+    from weave_rl.planner.check import check_plan
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.topology import load_topology
 
     plan, jobs = write_inputs(tmp_path)
     assert check_plan(load_plan(plan), load_topology("local"), load_jobs(jobs)) == []
@@ -153,7 +153,7 @@ def test_run_end_to_end_writes_outputs_and_records_fit(tmp_path):
     # The records refit the jobs file.
     fitted = tmp_path / "fitted.yaml"
     assert main(["profile", "fit", str(out / "records.parquet"), "--jobs", str(jobs), "-o", str(fitted)]) == 0
-    from profiles.jobs import load_jobs
+    from weave_rl.profiles.jobs import load_jobs
 
     spec = load_jobs(fitted)["A"]
     measured = rollout[rollout.job == "A"].duration_s
@@ -255,11 +255,11 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, case):
 def test_data_parallel_train_and_sharded_rollout(tmp_path):
     """One job, rollout on two GPUs (two shards), train on two (gloo all-reduce), four logical GPUs
     sharing this machine's devices round-robin; the library call behind weave run."""
-    from executor.local.devices import map_devices
-    from executor.local.run import run_plan_local
-    from planner.plan import plan_from_data
-    from profiles.jobs import jobs_from_data
-    from topology.topology import topology_from_data
+    from weave_rl.executor.local.devices import map_devices
+    from weave_rl.executor.local.run import run_plan_local
+    from weave_rl.planner.plan import plan_from_data
+    from weave_rl.profiles.jobs import jobs_from_data
+    from weave_rl.topology.topology import topology_from_data
 
     topo = topology_from_data({"name": "dp", "clusters": [{"name": "local", "gpu_type": "CPU", "nodes": 2,
                                                            "gpus_per_node": 2, "host_mem_gb": 16}]})

@@ -5,16 +5,16 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from executor.config import ElasticRules
-from executor.faults import parse_faults
-from executor.monitoring import ControllerMonitor, reason_kind, start_metrics_server
-from executor.outputs import metrics
-from executor.run import simulate_plan
-from executor.sim import SimModel
-from executor.trace import BaselinePlanner, run_trace
-from planner.plan import load_plan
-from profiles.jobs import JobSet, load_jobs
-from topology.topology import load_topology
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.faults import parse_faults
+from weave_rl.executor.monitoring import ControllerMonitor, reason_kind, start_metrics_server
+from weave_rl.executor.outputs import metrics
+from weave_rl.executor.run import simulate_plan
+from weave_rl.executor.sim import SimModel
+from weave_rl.executor.trace import BaselinePlanner, run_trace
+from weave_rl.planner.plan import load_plan
+from weave_rl.profiles.jobs import JobSet, load_jobs
+from weave_rl.topology.topology import load_topology
 
 from example_plans import EXAMPLES, PLANS
 from test_sim import job, topo
@@ -146,7 +146,7 @@ def test_registries_are_separate_and_reasons_are_short():
 def test_simulate_metrics_port_serves_and_a_taken_port_is_one_line_exit_2(tmp_path, capsys):
     import socket
 
-    from weave.cli import main
+    from weave_rl.cli.app import main
 
     topo_file, jobs_file = EXAMPLES["micro-a.yaml"]
     args = ["simulate", str(PLANS / "micro-a.yaml"), "--jobs", str(jobs_file), "--topology", str(topo_file),

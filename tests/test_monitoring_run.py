@@ -10,12 +10,12 @@ import urllib.request
 
 import pytest
 
-from planner.api import make_plan
-from planner.plan import save_plan
-from profiles.jobs import jobs_from_data, save_jobs
-from topology.topology import load_topology
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.plan import save_plan
+from weave_rl.profiles.jobs import jobs_from_data, save_jobs
+from weave_rl.topology.topology import load_topology
 
-WEAVE = [sys.executable, "-c", "import sys; from weave.cli import run; sys.argv[0] = 'weave'; run()"]
+WEAVE = [sys.executable, "-c", "import sys; from weave_rl.cli.app import run; sys.argv[0] = 'weave'; run()"]
 FAMILIES = ["weave_phase_duration_seconds", "weave_switch_seconds", "weave_sync_seconds", "weave_queue_depth",
             "weave_pool_idle_ratio", "weave_replans_total", "weave_worker_restarts_total",
             "weave_worker_deaths_total", "weave_iterations_total", "weave_gpus_held", "weave_usd_per_hour"]

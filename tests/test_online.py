@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from planner.api import make_plan
-from planner.check import assert_valid, check_plan
-from planner.online import OnlinePlanner, admit, release, replan
-from planner.plan import Plan
-from profiles.generators import generate
-from profiles.jobs import JobSet, jobs_from_data, jobs_to_data
-from topology.topology import load_topology
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import assert_valid, check_plan
+from weave_rl.planner.online import OnlinePlanner, admit, release, replan
+from weave_rl.planner.plan import Plan
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
+from weave_rl.topology.topology import load_topology
 
 TESTBED = load_topology("weave-testbed")
 TRAIN, ROLLOUT = 8 * 5.28, 8 * 1.85

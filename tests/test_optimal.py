@@ -4,13 +4,13 @@ import math
 
 import pytest
 
-from planner.api import make_plan
-from planner.check import assert_valid
-from planner.model import PlanningModel, ceil_ms
-from planner.timetable import Member, solve_timetable
-from profiles.generators import generate
-from profiles.jobs import jobs_from_data
-from topology.topology import load_topology
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import assert_valid
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.timetable import Member, solve_timetable
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import jobs_from_data
+from weave_rl.topology.topology import load_topology
 
 TESTBED = load_topology("weave-testbed")
 NODE_8 = 8 * 1.85 + 8 * 5.28  # one H20 node + one H800 node = 57.04 $/h

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from ortools.linear_solver import pywraplp
 
-from planner.check import assert_valid
-from planner.model import PlanningModel
-from planner.optimize import plan_optimal
-from planner.pairlp import JointLP, PairLP, applies, whole_nodes
-from profiles.generators import generate
-from profiles.jobs import jobs_from_data
+from weave_rl.planner.check import assert_valid
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimize import plan_optimal
+from weave_rl.planner.pairlp import JointLP, PairLP, applies, whole_nodes
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import jobs_from_data
 from testbed import ROLLOUT_NODE, TESTBED, TRAIN_NODE, builder_for  # tests/ is on sys.path under pytest
 
 

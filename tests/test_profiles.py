@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from profiles.durations import Duration, parse_quantile
-from profiles.fit import fit_jobs
-from profiles.generators import FAMILIES, HOST_MEM_GB, SYNTHETIC, generate, micro_job, seed_job
-from profiles.jobs import JobSet, JobSpec, Scaling, jobs_from_data, jobs_to_data, load_jobs, save_jobs
-from profiles.records import RECORD_COLUMNS, read_records, records_frame, write_records
-from weave.errors import InputError
+from weave_rl.profiles.durations import Duration, parse_quantile
+from weave_rl.profiles.fit import fit_jobs
+from weave_rl.profiles.generators import FAMILIES, HOST_MEM_GB, SYNTHETIC, generate, micro_job, seed_job
+from weave_rl.profiles.jobs import JobSet, JobSpec, Scaling, jobs_from_data, jobs_to_data, load_jobs, save_jobs
+from weave_rl.profiles.records import RECORD_COLUMNS, read_records, records_frame, write_records
+from weave_rl.core.errors import InputError
 
 # --- durations -------------------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ def test_unknown_gpu_type_message(tmp_path):
 
 
 def test_custom_gpu_catalog(tmp_path):
-    from topology.catalog import GpuType
+    from weave_rl.topology.catalog import GpuType
 
     path = tmp_path / "jobs.yaml"
     path.write_text(GOOD_YAML.replace("gpu_type: H800, duration_s: 150", "gpu_type: X900, duration_s: 150"))

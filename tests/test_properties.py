@@ -9,13 +9,13 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.api import make_plan
-from planner.check import check_plan
-from planner.online import OnlinePlanner
-from planner.plan import Plan
-from profiles.generators import HOST_MEM_GB
-from profiles.jobs import JobSet, jobs_from_data
-from topology.topology import topology_from_data
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import check_plan
+from weave_rl.planner.online import OnlinePlanner
+from weave_rl.planner.plan import Plan
+from weave_rl.profiles.generators import HOST_MEM_GB
+from weave_rl.profiles.jobs import JobSet, jobs_from_data
+from weave_rl.topology.topology import topology_from_data
 
 SMALL = topology_from_data({"name": "small", "clusters": [
     {"name": "rollout", "gpu_type": "H20", "nodes": 4, "gpus_per_node": 8, "host_mem_gb": 2048,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from weave.cli import main
+from weave_rl.cli.app import main
 
 ray = pytest.importorskip("ray")
 
@@ -39,7 +39,7 @@ def cluster():
 
 
 def _inputs(folder: Path, **kw):
-    from weave.cli_run import load_inputs
+    from weave_rl.cli.run import load_inputs
 
     plan, jobs = write_inputs(folder, **kw)
     return (plan, jobs), load_inputs(plan, jobs, None)
@@ -47,8 +47,8 @@ def _inputs(folder: Path, **kw):
 
 def test_ray_run_outputs_placement_and_ray_kill(cluster, tmp_path):
     """The library call on the fixture's cluster; ray.kill of the rollout actor while it computes."""
-    from executor.ray_backend.run import run_plan_ray
-    from weave.cli_run import write_run_outputs
+    from weave_rl.executor.ray_backend.run import run_plan_ray
+    from weave_rl.cli.run import write_run_outputs
 
     _, (plan, topo, jobs) = _inputs(tmp_path / "in", steps=3000, epochs=10, hidden=256)
     out = tmp_path / "run"
@@ -147,7 +147,7 @@ def test_bad_backend_options_exit_2_with_one_line(tmp_path, capsys, case):
 def test_devices_per_ray_node():
     """Logical GPUs get explicit device indices per Ray node, in GPU-id order, whatever Ray node their
     topology node's placement group landed on."""
-    from executor.ray_backend.cluster import NodePlacement, assign_devices
+    from weave_rl.executor.ray_backend.cluster import NodePlacement, assign_devices
 
     ps = [NodePlacement("n-000", ["n-000:0", "n-000:1"], [], ray_node="R1"),
           NodePlacement("n-001", ["n-001:0", "n-001:1"], [], ray_node="R1"),

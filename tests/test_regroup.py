@@ -11,13 +11,13 @@ from collections import Counter
 
 import pytest
 
-from planner.columns import FreeNodes, group_timetable, materialize
-from planner.halves import decomposed_plan
-from planner.optimize import _candidate_column
-from planner.pricing import _candidate
-from planner.regroup import eligible, regroup
-from profiles.generators import generate
-from profiles.jobs import jobs_from_data
+from weave_rl.planner.columns import FreeNodes, group_timetable, materialize
+from weave_rl.planner.halves import decomposed_plan
+from weave_rl.planner.optimize import _candidate_column
+from weave_rl.planner.pricing import _candidate
+from weave_rl.planner.regroup import eligible, regroup
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import jobs_from_data
 from testbed import ROLLOUT_NODE, TESTBED, TRAIN_NODE, builder_for  # tests/ is on sys.path under pytest
 
 

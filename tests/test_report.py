@@ -10,12 +10,12 @@ import subprocess
 import pandas as pd
 import pytest
 
-from executor.report import build_report
-from executor.report.figures import iteration_times
-from executor.report.load import load_run
-from executor.report.tables import node_bubbles, profile_fits
-from profiles.records import RECORD_COLUMNS
-from weave.cli import main
+from weave_rl.executor.report import build_report
+from weave_rl.executor.report.figures import iteration_times
+from weave_rl.executor.report.load import load_run
+from weave_rl.executor.report.tables import node_bubbles, profile_fits
+from weave_rl.profiles.records import RECORD_COLUMNS
+from weave_rl.cli.app import main
 
 PLAN = "plans/micro-a.yaml"
 ARGS = ["--jobs", "plans/inputs/micro-a.jobs.yaml", "--topology", "plans/inputs/micro-a.topology.yaml"]

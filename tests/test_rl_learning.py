@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from executor.workload import build_workload
+from weave_rl.executor.workload import build_workload
 
 CPU = torch.device("cpu")
 

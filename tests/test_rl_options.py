@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from executor.rl import GRPOOptions, GRPOWorkload
-from executor.rl.tasks import Task, score
-from executor.rl.tokenizer import CharTokenizer
-from executor.workload import build_workload
+from weave_rl.executor.rl import GRPOOptions, GRPOWorkload
+from weave_rl.executor.rl.tasks import Task, score
+from weave_rl.executor.rl.tokenizer import CharTokenizer
+from weave_rl.executor.workload import build_workload
 
 
 def test_build_workload_grpo():

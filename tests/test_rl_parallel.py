@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from executor.rl import GRPOWorkload, concat_samples
+from weave_rl.executor.rl import GRPOWorkload, concat_samples
 
 CPU = torch.device("cpu")
 

@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from executor.rl.model import smollm2_missing
+from weave_rl.executor.rl.model import smollm2_missing
 
 why = smollm2_missing()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"{why}; not a project dependency")
 
 
 def test_smollm2_rollout_reward_train_sync():
-    from executor.rl import GRPOWorkload
+    from weave_rl.executor.rl import GRPOWorkload
 
     opts = {"model": "smollm2", "task": "addition", "digits": 2, "prompts_per_iteration": 1, "group_size": 2,
             "lr": 1e-5}

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from executor.rl import GRPOWorkload
+from weave_rl.executor.rl import GRPOWorkload
 
 CPU = torch.device("cpu")
 OPTS = {"group_size": 4, "prompts_per_iteration": 2}
@@ -174,7 +174,7 @@ def test_samples_contents():
     for p in range(2):  # advantages are centred within each prompt's group
         assert d["advantages"][d["prompt_index"] == p].sum().abs() < 1e-4
     # old log-probs match the trainer's teacher-forced ones (same weights): first ratio is 1
-    from executor.rl.sampling import response_logprobs
+    from weave_rl.executor.rl.sampling import response_logprobs
     with torch.no_grad():
         lp = response_logprobs(w.model("train"), d["prompt_ids"], d["prompt_mask"], d["response_ids"],
                                d["response_mask"], temperature=1.0)

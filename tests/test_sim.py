@@ -7,13 +7,13 @@ Common setup: 8-GPU nodes, a 8 Gbit/s link between the rollout and train cluster
 
 import pytest
 
-from executor.config import ElasticRules
-from executor.queues import JobSchedule
-from executor.run import simulate_plan
-from executor.sim import Fault, SimModel
-from planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, SolverInfo
-from profiles.jobs import JobSet, JobSpec
-from topology.topology import topology_from_data
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.queues import JobSchedule
+from weave_rl.executor.run import simulate_plan
+from weave_rl.executor.sim import Fault, SimModel
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, SolverInfo
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import topology_from_data
 
 STATIC = ElasticRules.off()
 NO_SHARE = SimModel(link_sharing=False)
@@ -207,7 +207,7 @@ def test_queue_order_follows_planned_offsets_across_the_cycle_wrap():
 
 
 def test_plan_change_closure_and_hot_joins():
-    from executor.switching import changed_jobs, closure, hot_joins
+    from weave_rl.executor.switching import changed_jobs, closure, hot_joins
 
     pair = shared_pair()
     other = plan_of(solo_group("C", 1))

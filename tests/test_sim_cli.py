@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from profiles.records import RECORD_COLUMNS
-from weave.cli import main
+from weave_rl.profiles.records import RECORD_COLUMNS
+from weave_rl.cli.app import main
 
 PLAN = "plans/micro-a.yaml"
 ARGS = ["--jobs", "plans/inputs/micro-a.jobs.yaml", "--topology", "plans/inputs/micro-a.topology.yaml"]

@@ -8,13 +8,13 @@ contention). Steady state: mean gap between rollout starts over the second half 
 
 import pytest
 
-from executor.config import ElasticRules
-from executor.outputs import job_metrics
-from executor.run import simulate_plan
-from executor.sim import SimModel
-from planner.plan import load_plan
-from profiles.jobs import load_jobs
-from topology.topology import load_topology
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.outputs import job_metrics
+from weave_rl.executor.run import simulate_plan
+from weave_rl.executor.sim import SimModel
+from weave_rl.planner.plan import load_plan
+from weave_rl.profiles.jobs import load_jobs
+from weave_rl.topology.topology import load_topology
 
 from example_plans import EXAMPLES, PLANS  # tests/ is on sys.path under pytest
 

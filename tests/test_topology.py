@@ -2,9 +2,9 @@
 
 import pytest
 
-from topology.catalog import BUILTIN_GPU_TYPES
-from topology.topology import load_topology, node_of, topology_from_data
-from weave.errors import InputError
+from weave_rl.topology.catalog import BUILTIN_GPU_TYPES
+from weave_rl.topology.topology import load_topology, node_of, topology_from_data
+from weave_rl.core.errors import InputError
 
 GB = 1e9
 

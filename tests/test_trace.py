@@ -2,13 +2,13 @@
 
 import pytest
 
-from executor.config import ElasticRules
-from executor.outputs import metrics
-from executor.sim import SimModel
-from executor.trace import BaselinePlanner, run_trace, stabilize
-from planner.api import make_plan
-from planner.online import OnlinePlanner
-from profiles.jobs import JobSet
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.outputs import metrics
+from weave_rl.executor.sim import SimModel
+from weave_rl.executor.trace import BaselinePlanner, run_trace, stabilize
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.online import OnlinePlanner
+from weave_rl.profiles.jobs import JobSet
 
 from test_sim import job, topo
 

@@ -12,10 +12,10 @@ from vllm_required import require_vllm  # tests/ is on sys.path under pytest
 
 require_vllm()
 
-from executor.rl import GRPOWorkload  # noqa: E402
-from executor.rl.model import build_model, initial_params  # noqa: E402
-from executor.rl.sampling import response_logprobs  # noqa: E402
-from executor.rl.vllm_engine import greedy_torch  # noqa: E402
+from weave_rl.executor.rl import GRPOWorkload  # noqa: E402
+from weave_rl.executor.rl.model import build_model, initial_params  # noqa: E402
+from weave_rl.executor.rl.sampling import response_logprobs  # noqa: E402
+from weave_rl.executor.rl.vllm_engine import greedy_torch  # noqa: E402
 
 CPU = torch.device("cpu")
 # vLLM's CPU attention needs head size >= 32: hidden 64 over 2 heads (the default 4 heads give 16).

@@ -13,12 +13,12 @@ from vllm_required import require_vllm  # tests/ is on sys.path under pytest
 
 require_vllm()
 
-from executor.local.devices import map_devices  # noqa: E402
-from executor.local.run import run_plan_local  # noqa: E402
-from planner.api import make_plan  # noqa: E402
-from planner.check import assert_valid  # noqa: E402
-from profiles.jobs import jobs_from_data  # noqa: E402
-from topology.topology import load_topology  # noqa: E402
+from weave_rl.executor.local.devices import map_devices  # noqa: E402
+from weave_rl.executor.local.run import run_plan_local  # noqa: E402
+from weave_rl.planner.api import make_plan  # noqa: E402
+from weave_rl.planner.check import assert_valid  # noqa: E402
+from weave_rl.profiles.jobs import jobs_from_data  # noqa: E402
+from weave_rl.topology.topology import load_topology  # noqa: E402
 
 ITERATIONS = 30
 

@@ -4,9 +4,9 @@ plan's halves and of regrouping (tests/ is on sys.path under pytest).
 Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (8 H20) 14.80 $/h.
 """
 
-from planner.model import PlanningModel
-from planner.optimal import CandidateBuilder, _admissible
-from topology.topology import load_topology
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import CandidateBuilder, _admissible
+from weave_rl.topology.topology import load_topology
 
 TESTBED = load_topology("weave-testbed")
 TRAIN_NODE, ROLLOUT_NODE = 8 * 5.28, 8 * 1.85

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from topology.topology import node_of
+from weave_rl.topology.ids import node_of
 
 if TYPE_CHECKING:
-    from topology.topology import Topology
+    from weave_rl.topology.topology import Topology
 
 SYNC_MODELS = ("two_stage", "flat")
 

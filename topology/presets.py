@@ -6,7 +6,7 @@ import importlib.util
 import os
 from typing import Callable
 
-from topology.spec import ClusterSpec, LinkSpec, TopologySpec
+from weave_rl.topology.spec import ClusterSpec, LinkSpec, TopologySpec
 
 
 def weave_testbed() -> TopologySpec:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from topology.catalog import GpuType
+from weave_rl.topology.catalog import GpuType
 
 
 class ClusterSpec(BaseModel):

@@ -8,18 +8,19 @@ inter-cluster links. Capacities are in Gbit/s. GPUs are attributes of their host
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import networkx as nx
 from pydantic import ValidationError
 
-from topology.catalog import BUILTIN_GPU_TYPES, GpuType
-from topology.presets import PRESETS, preset_spec
-from topology.spec import ClusterSpec, TopologySpec
-from weave.errors import InputError, from_validation_error
-from weave.yamlio import load_yaml_file
+from weave_rl.core.errors import InputError, from_validation_error
+from weave_rl.core.yamlio import load_yaml_file
+from weave_rl.topology.catalog import BUILTIN_GPU_TYPES, GpuType
+from weave_rl.topology.ids import node_of, switch_of
+from weave_rl.topology.network import sync_time_s
+from weave_rl.topology.presets import PRESETS, preset_spec
+from weave_rl.topology.spec import ClusterSpec, TopologySpec
 
 
 @dataclass(frozen=True)
@@ -36,19 +37,6 @@ class Node:
     @property
     def gpu_ids(self) -> list[str]:
         return [f"{self.id}:{i}" for i in range(self.gpus)]
-
-
-@lru_cache(maxsize=1 << 16)  # called in every hot path of the planner and the executor
-def node_of(gpu_id: str) -> str:
-    """``rollout-003:5`` -> ``rollout-003``."""
-    node, sep, index = gpu_id.rpartition(":")
-    if not sep or not index.isdigit():
-        raise ValueError(f"not a GPU id: {gpu_id!r} (expected <node>:<index>)")
-    return node
-
-
-def switch_of(cluster: str) -> str:
-    return f"switch:{cluster}"
 
 
 class Topology:
@@ -189,8 +177,6 @@ class Topology:
         ``flat`` (veRL's AllGather): every rollout replica (``rollout_tp`` GPUs) pulls a full copy,
         so ``replicas`` copies share the bottleneck.
         """
-        from topology.network import sync_time_s
-
         return sync_time_s(self, weight_bytes, list(train_gpus), list(rollout_gpus), model, rollout_tp)
 
     def warm_switch_s(self, bytes_per_gpu: float, node_id: str) -> float:

@@ -1,6 +1,6 @@
 """``LocalBackend``: the Backend protocol over worker processes on this machine (DESIGN 5).
 
-One spawned worker process per logical GPU of the plan (``executor.local.worker``), each on the
+One spawned worker process per logical GPU of the plan (``weave_rl.executor.local.worker``), each on the
 device the ``--map`` gives it. The controller's calls become messages: ``warm`` -> ``Warm`` (the
 worker loads the job's state at once), ``permit`` -> ``Permit`` (it computes as soon as its switch is
 done), ``release``/``abort`` -> ``Unwarm`` (all on the worker's command pipe, which its computing main
@@ -48,11 +48,11 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable, Sequence
 
-from executor.backend import Callbacks, Measured, PhaseRun, SyncRun
-from executor.local import messages as m
-from executor.local.worker import WorkerConfig, main as worker_main
-from profiles.jobs import JobSet
-from topology.topology import Topology, node_of
+from weave_rl.executor.backend import Callbacks, Measured, PhaseRun, SyncRun
+from weave_rl.executor.local import messages as m
+from weave_rl.executor.local.worker import WorkerConfig, main as worker_main
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.topology.topology import Topology, node_of
 
 
 # glibc returns large freed blocks to the OS (mmap), so every warm switch on a CPU "device" would
@@ -81,7 +81,7 @@ def pick_device(devices: dict[str, str], pool: Sequence[str] | None = None) -> s
     """The device of ``pool`` (default: those ``devices`` uses) with the fewest logical GPUs on it."""
     pool = sorted(set(pool or devices.values()))
     if not pool:
-        from executor.local.devices import available_devices
+        from weave_rl.executor.local.devices import available_devices
 
         pool = available_devices()
     load = {d: 0 for d in pool}

@@ -15,7 +15,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from executor.local.messages import Group
+from weave_rl.executor.local.messages import Group
 
 TIMEOUT = datetime.timedelta(seconds=60)  # also bounds a rendezvous with a peer that died first
 

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Iterable
 
-from weave.errors import InputError
+from weave_rl.core.errors import InputError
 
 _DEVICE = re.compile(r"^(cpu|cuda):(\d+)$")
 

@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from executor.outputs import json_safe
+from weave_rl.executor.outputs import json_safe
 
 
 @dataclass

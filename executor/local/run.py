@@ -1,9 +1,9 @@
 """``run_plan_local``: run a plan on worker processes of this machine (the library call behind ``weave run``).
 
 Drift (``drift=DriftOptions(...)``, what ``weave run --replan`` passes): the controller's records of
-real phases feed ``executor.drift.DriftReplanner``, with the jobs file's profiles as the expectation.
+real phases feed ``weave_rl.executor.drift.DriftReplanner``, with the jobs file's profiles as the expectation.
 A phase measured past the threshold for K iterations has its job's profile refit from its records
-(``profiles.fit``) and the planner's ``replan`` (``planner.online`` for an optimal plan, the
+(``weave_rl.profiles.fit``) and the planner's ``replan`` (``weave_rl.planner.online`` for an optimal plan, the
 baseline policy's planner otherwise) solves again; the controller switches at the cycle boundary
 of the groups the new plan changes. Moved jobs get no extra delay (``migration_delay_s`` 0): the
 move itself (checkpoint restore, a cold worker) is what it costs here. Every detection, replan,
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from executor.config import ElasticRules
-from executor.controller import Controller
-from executor.local.backend import LocalBackend, pick_device
-from executor.local.journal import Journal, JournalState
-from planner.plan import Plan, plan_from_data, plan_to_data, save_plan
-from profiles.jobs import JobSet, jobs_from_data, jobs_to_data
-from topology.topology import Topology
+from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.controller import Controller
+from weave_rl.executor.local.backend import LocalBackend, pick_device
+from weave_rl.executor.local.journal import Journal, JournalState
+from weave_rl.planner.plan import Plan, plan_from_data, plan_to_data, save_plan
+from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
+from weave_rl.topology.topology import Topology
 
 Progress = Callable[[int, int, float], None]  # (iterations done, total, run time)
 
@@ -35,7 +35,7 @@ REPLAN_COLUMNS = ("t", "job", "phase", "reason", "usd_per_hour_before", "usd_per
 
 @dataclass(frozen=True)
 class DriftOptions:
-    """Drift detection and replanning on real measurements (``executor.drift``)."""
+    """Drift detection and replanning on real measurements (``weave_rl.executor.drift``)."""
 
     threshold: float = 0.15  # |EWMA(measured / profile) - 1| past this ...
     k: int = 3  # ... for this many iterations in a row (and at least min_samples) is drift
@@ -209,18 +209,18 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
 
 def _replanner(controller: Controller, topology: Topology, plan: Plan, options: DriftOptions):
     """A DriftReplanner on ``controller``, replanning through the planner of ``plan``'s policy."""
-    from executor.drift import DriftReplanner
-    from planner.plan import POLICIES
+    from weave_rl.executor.drift import DriftReplanner
+    from weave_rl.planner.plan import POLICIES
 
     planner = None
     if options.replan:
         live = JobSet(jobs=[controller.specs[j] for j in plan.jobs])
         if plan.policy == "optimal":
-            from planner.online import OnlinePlanner
+            from weave_rl.planner.online import OnlinePlanner
 
             planner = OnlinePlanner(topology, live, plan, quantile=plan.quantile)
         elif plan.policy in POLICIES:
-            from executor.trace import BaselinePlanner
+            from weave_rl.executor.trace import BaselinePlanner
 
             planner = BaselinePlanner(topology, plan.policy, quantile=plan.quantile,
                                       time_limit_s=options.time_limit_s, threads=options.threads)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from executor.workload import Samples
+from weave_rl.executor.workload import Samples
 
 
 def shard_path(root: Path, job: str, iteration: int, shard: int) -> Path:

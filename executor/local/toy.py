@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
-from executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
+from weave_rl.executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
 
 PARAMS = ("w1", "b1", "w2", "b2")
 

@@ -72,8 +72,7 @@ class Worker:
     def __init__(self, cfg: WorkerConfig, conn: Connection, sync_conn: Connection):
         import torch
 
-        import executor.local.toy  # noqa: F401  registers the bandit workload
-        from executor.local.comm import Groups
+        from weave_rl.executor.local.comm import Groups
 
         self.cfg = cfg
         self.conn = conn
@@ -104,7 +103,7 @@ class Worker:
     def serve(self) -> None:
         """The main thread computes, reading its commands straight from the pipe (no hand-off: the
         permit latency is one pipe hop); a listener thread takes syncs from the second pipe."""
-        from executor.local import messages as m
+        from weave_rl.executor.local import messages as m
 
         try:
             for job in self.cfg.prebuild:  # imports and model skeletons: the cold start, not a warm switch
@@ -132,7 +131,7 @@ class Worker:
             threading.Thread(target=self._sync, args=(msg,), name=f"sync-{msg.sid}", daemon=True).start()
 
     def _compute(self, msg) -> None:
-        from executor.local import messages as m
+        from weave_rl.executor.local import messages as m
 
         try:
             if isinstance(msg, m.Warm):
@@ -148,7 +147,7 @@ class Worker:
 
     # ----- state --------------------------------------------------------------------------------
     def _workload(self, job: str):
-        from executor.workload import build_workload
+        from weave_rl.executor.workload import build_workload
 
         with self.build_lock:
             wl = self.workloads.get(job)
@@ -223,9 +222,9 @@ class Worker:
             self._offload()
 
     def _permit(self, msg) -> None:
-        from executor.local import messages as m
-        from executor.local.comm import make_all_reduce
-        from executor.local.samples import load_samples, merge, save_atomic, save_samples, shard_path, split
+        from weave_rl.executor.local import messages as m
+        from weave_rl.executor.local.comm import make_all_reduce
+        from weave_rl.executor.local.samples import load_samples, merge, save_atomic, save_samples, shard_path, split
 
         attempt, switch = self.warmed.pop(msg.rid, (msg.attempt, 0.0))
         if self.resident is None or self.resident[2] != msg.rid or attempt != msg.attempt:
@@ -287,8 +286,8 @@ class Worker:
     def _sync(self, msg) -> None:
         import torch
 
-        from executor.local import messages as m
-        from executor.local.comm import broadcast_weights
+        from weave_rl.executor.local import messages as m
+        from weave_rl.executor.local.comm import broadcast_weights
 
         torch.set_num_threads(self.cfg.threads)
         try:

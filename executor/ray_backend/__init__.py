@@ -9,7 +9,7 @@ fault handling over actor calls), ``run`` (``run_plan_ray``, the library call be
 Notes:
 
 - Transport choice: weights (sync) and gradients (data-parallel all-reduce) go over torch.distributed
-  gloo between the actors, exactly as between local workers (``executor.local.comm``; NCCL for train
+  gloo between the actors, exactly as between local workers (``weave_rl.executor.local.comm``; NCCL for train
   groups on CUDA), not through Ray's object store: one tested code path for both backends, the
   trainer sends straight to the rollout actors (no copy into and out of plasma, no driver hop), and
   a sync lands in a rollout actor's host cache while it computes another job's phase. The

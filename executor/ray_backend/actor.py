@@ -1,6 +1,6 @@
 """``RayWorker``: one logical GPU as a Ray actor, running the local backend's worker logic.
 
-The actor wraps ``executor.local.worker.Worker`` (the phase shim: warm-load from host memory, run
+The actor wraps ``weave_rl.executor.local.worker.Worker`` (the phase shim: warm-load from host memory, run
 rollout + reward or train, offload, checkpoint; weight syncs into the host cache) and replaces its
 pipes with actor methods whose return values are the messages the local worker would have sent:
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import ray
 
-from executor.local import messages as m
-from executor.local.worker import Worker, WorkerConfig
+from weave_rl.executor.local import messages as m
+from weave_rl.executor.local.worker import Worker, WorkerConfig
 
 PROBE = ".ray-probe"
 

@@ -20,7 +20,7 @@ and pipes:
 
 Data plane: unchanged from the local backend (rollout shards and checkpoints in the run folder, which
 must be shared by every node); weights and gradients over torch.distributed gloo between actors
-(``executor.local.comm``), rendezvous on a TCPStore in the driver.
+(``weave_rl.executor.local.comm``), rendezvous on a TCPStore in the driver.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from ray.exceptions import RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from executor.local import messages as m
-from executor.local.backend import MALLOC_ENV, LocalBackend, WorkerError
-from executor.local.worker import WorkerConfig
-from executor.ray_backend.actor import PROBE, RayWorker
-from executor.ray_backend.cluster import NodePlacement, assign_devices, bundle_for
-from topology.topology import node_of
+from weave_rl.executor.local import messages as m
+from weave_rl.executor.local.backend import MALLOC_ENV, LocalBackend, WorkerError
+from weave_rl.executor.local.worker import WorkerConfig
+from weave_rl.executor.ray_backend.actor import PROBE, RayWorker
+from weave_rl.executor.ray_backend.cluster import NodePlacement, assign_devices, bundle_for
+from weave_rl.topology.topology import node_of
 
 
 class _NoProc:

@@ -22,7 +22,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from weave.errors import InputError
+from weave_rl.core.errors import InputError
 
 _HOSTPORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
 

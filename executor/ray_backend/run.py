@@ -1,6 +1,6 @@
 """``run_plan_ray``: run a plan on Ray actors (the library call behind ``weave run --backend ray``).
 
-It is ``executor.local.run.run_plan_local`` (journal, ``--resume``, the shared controller with the
+It is ``weave_rl.executor.local.run.run_plan_local`` (journal, ``--resume``, the shared controller with the
 elastic rules off, drift detection and replanning, the same hooks and the same ``LocalResult``)
 with a ``RayBackend`` in place of the ``LocalBackend`` (its ``backend_factory``). Choice: one run
 loop for both backends, so whatever the local run learns (replanning, resume) the Ray run has too.
@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from executor.local.run import LocalResult
-from planner.plan import Plan
-from profiles.jobs import JobSet
-from topology.topology import Topology
+from weave_rl.executor.local.run import LocalResult
+from weave_rl.planner.plan import Plan
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.topology.topology import Topology
 
 
 def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, iterations: int,
@@ -32,9 +32,9 @@ def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, ite
     process already called ``ray.init``. ``devices`` overrides the per-node device assignment for
     some logical GPUs (``cpu:N`` / ``cuda:N`` on the GPU's Ray node).
     """
-    from executor.local.run import run_plan_local
-    from executor.ray_backend.backend import RayBackend
-    from executor.ray_backend.cluster import connect
+    from weave_rl.executor.local.run import run_plan_local
+    from weave_rl.executor.ray_backend.backend import RayBackend
+    from weave_rl.executor.ray_backend.cluster import connect
 
     gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -4,13 +4,13 @@ Works on any folder that ``weave simulate --out DIR`` wrote, and on ``weave run`
 files: records, metrics.json, pictures). Sections, in order:
 
 1. ``run``: headline numbers, inputs, and notes on optional inputs that were not found;
-2. ``gantt``: planned vs measured timetable per group (``executor.report.figures.gantt_figure``);
+2. ``gantt``: planned vs measured timetable per group (``weave_rl.executor.report.figures.gantt_figure``);
 3. ``utilization``: compute / switch / bubble share of held GPU-seconds per pool (cluster), GPUs
    computing over time, bubbles per node, and the run's own utilization picture;
 4. ``iterations``: each job's iteration times against its SLO bound, and the per-job table;
 5. ``replans``: drift replans (time, job, reason, $/h before and after, moved jobs), then plan
    switches, admissions, restarts and node faults from the controller's log;
-6. ``profiles``: profiled vs measured phase durations (``profiles.fit``) and drift detections.
+6. ``profiles``: profiled vs measured phase durations (``weave_rl.profiles.fit``) and drift detections.
 
 Call ``build_report(folder, out)``; a missing or garbled folder is an ``InputError``.
 """
@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor.report import figures, tables
-from executor.report.load import RunData, load_run
-from executor.report.page import Page, fmt, png_html, table_html
+from weave_rl.executor.report import figures, tables
+from weave_rl.executor.report.load import RunData, load_run
+from weave_rl.executor.report.page import Page, fmt, png_html, table_html
 
 MAX_GROUPS = 6  # Gantt panels on one page; the rest are counted in a note
 CYCLES = 3

@@ -4,7 +4,7 @@
   timeline over as many cycles (bottom), same node rows, same x range. The measured window starts
   where the plan's would: at the rollout of the group's first job in the middle iteration of the
   run, minus that rollout's offset in the cycle (so a run that keeps to the plan lines up bar for
-  bar). Drawing as in ``planner.gantt``: rollout light, train full colour, sync a hatched strip under
+  bar). Drawing as in ``weave_rl.planner.gantt``: rollout light, train full colour, sync a hatched strip under
   the receivers' row, warm switches grey.
 - ``pools_figure``: per cluster, the held GPU-seconds split into compute / switch / bubble (metrics.json).
 - ``busy_figure``: GPUs computing over time per cluster (from the records), with the peak GPUs held.
@@ -22,9 +22,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from executor.plots import utilization_series
-from planner.gantt import PALETTE, group_rows, phase_colour, phase_segments, tint
-from planner.plan import GroupPlan, Plan
+from weave_rl.executor.plots import utilization_series
+from weave_rl.planner.gantt import PALETTE, group_rows, phase_colour, phase_segments, tint
+from weave_rl.planner.plan import GroupPlan, Plan
 
 SWITCH_COLOUR = "#999999"
 IDLE = "#eeeeee"

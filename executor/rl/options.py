@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from executor.rl.tasks import TASKS
+from weave_rl.executor.rl.tasks import TASKS
 
 MODELS = ("tiny", "smollm2")
 ENGINES = ("torch", "vllm")

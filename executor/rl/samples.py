@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from executor.workload import Samples
+from weave_rl.executor.workload import Samples
 
 _MASK64 = (1 << 64) - 1
 STREAM_PROMPT, STREAM_SAMPLE = 0, 1

@@ -76,7 +76,7 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # the worker proce
 
 import torch  # noqa: E402
 
-from executor.rl.sampling import Decoded  # noqa: E402
+from weave_rl.executor.rl.sampling import Decoded  # noqa: E402
 
 DTYPE = "float32"
 _SEED_MASK = (1 << 31) - 1  # vLLM adds the member index to a group's seed: keep it well inside int64

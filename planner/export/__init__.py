@@ -17,11 +17,11 @@ from pathlib import Path
 
 import yaml
 
-from planner.export import k8s, ray, roll, verl
-from planner.export.layout import job_layouts
-from planner.plan import Plan
-from topology.topology import Topology
-from weave.errors import InputError
+from weave_rl.planner.export import k8s, ray, roll, verl
+from weave_rl.planner.export.layout import job_layouts
+from weave_rl.planner.plan import Plan
+from weave_rl.topology.topology import Topology
+from weave_rl.core.errors import InputError
 EXPORTERS = ("verl", "roll", "k8s", "ray")
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.export.k8s_schema import GPU, dns_label, label_name, manifest_problems
-from planner.export.layout import JobLayout
-from planner.plan import Plan
-from topology.topology import Topology, node_of
+from weave_rl.planner.export.k8s_schema import GPU, dns_label, label_name, manifest_problems
+from weave_rl.planner.export.layout import JobLayout
+from weave_rl.planner.plan import Plan
+from weave_rl.topology.topology import Topology, node_of
 
 HOSTNAME = "kubernetes.io/hostname"
 

@@ -1,4 +1,4 @@
-"""A schema check of the manifests ``planner.export.k8s`` writes: the fields Kubernetes requires of
+"""A schema check of the manifests ``weave_rl.planner.export.k8s`` writes: the fields Kubernetes requires of
 an ``apps/v1`` Deployment or a ``batch/v1`` Job, and the GPU request rules, without a cluster.
 
 ``manifest_problems(doc)`` lists each problem as ``path: reason`` (empty when the manifest is fine).

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.plan import Plan
-from topology.topology import Topology, node_of
-from weave.errors import InputError
+from weave_rl.planner.plan import Plan
+from weave_rl.topology.topology import Topology, node_of
+from weave_rl.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.export.layout import JobLayout, by_node
-from topology.topology import Topology
+from weave_rl.planner.export.layout import JobLayout, by_node
+from weave_rl.topology.topology import Topology
 
 NODE_LABEL = "weave.io/node"
 

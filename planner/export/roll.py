@@ -1,5 +1,5 @@
 """ROLL: per job a YAML file with the ``device_mapping`` of ``actor_train``, ``actor_infer`` and
-``reference`` in global GPU ranks (order: ``planner.export.layout``).
+``reference`` in global GPU ranks (order: ``weave_rl.planner.export.layout``).
 
 ``device_mapping`` is written as ROLL writes it, ``list(range(a,b))``, when the ranks are
 contiguous, else as a list literal (ROLL #205: non-contiguous ranks trip its node arithmetic, so a
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.export.layout import JobLayout, by_node, global_ranks, rank_offsets
-from topology.topology import Topology
+from weave_rl.planner.export.layout import JobLayout, by_node, global_ranks, rank_offsets
+from weave_rl.topology.topology import Topology
 
 
 def device_mapping(ranks: list[int]) -> str:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.export.layout import JobLayout, by_node, uniform_per_node
-from topology.topology import Topology
-from weave.errors import InputError
+from weave_rl.planner.export.layout import JobLayout, by_node, uniform_per_node
+from weave_rl.topology.topology import Topology
+from weave_rl.core.errors import InputError
 
 TRAINER_ROLES = ("Actor", "Critic", "RefPolicy", "RewardModel")  # veRL Role names on the trainer pool
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiles.importers import openrlhf, roll, verl
-from profiles.importers.base import CLI, ImportOptions, ImportResult, Importer, import_log
-from weave.errors import InputError
+from weave_rl.profiles.importers import openrlhf, roll, verl
+from weave_rl.profiles.importers.base import CLI, ImportOptions, ImportResult, Importer, import_log
+from weave_rl.core.errors import InputError
 
 IMPORTERS: dict[str, Importer] = {m.NAME: m for m in (verl, roll, openrlhf)}  # type: ignore[misc]
 

@@ -13,10 +13,10 @@ from typing import Any, Mapping, Protocol
 
 import pandas as pd
 
-from profiles.importers.builder import Placement, StepPhases, build_records
-from profiles.importers.config import find_config, load_config
-from profiles.importers.metrics import LineParser, StepMetrics, read_steps
-from weave.errors import InputError
+from weave_rl.profiles.importers.builder import Placement, StepPhases, build_records
+from weave_rl.profiles.importers.config import find_config, load_config
+from weave_rl.profiles.importers.metrics import LineParser, StepMetrics, read_steps
+from weave_rl.core.errors import InputError
 
 CLI = "<command line>"
 

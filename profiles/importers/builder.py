@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from profiles.records import records_frame
+from weave_rl.profiles.records import records_frame
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from weave.errors import InputError
-from weave.yamlio import load_yaml_file
+from weave_rl.core.errors import InputError
+from weave_rl.core.yamlio import load_yaml_file
 
 _MISSING = object()
 

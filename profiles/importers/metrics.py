@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from weave.errors import InputError
+from weave_rl.core.errors import InputError
 
 # A console parser returns (step, metrics) for a metrics line, None for any other line, and raises
 # ValueError (with a short reason) for a line that looks like metrics but cannot be read.

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from profiles.importers.base import total
-from profiles.importers.builder import StepPhases
-from profiles.importers.config import lookup, positive_int
-from profiles.importers.metrics import StepMetrics
+from weave_rl.profiles.importers.base import total
+from weave_rl.profiles.importers.builder import StepPhases
+from weave_rl.profiles.importers.config import lookup, positive_int
+from weave_rl.profiles.importers.metrics import StepMetrics
 
 NAME = "openrlhf"
 TITLE = "OpenRLHF"

@@ -27,11 +27,11 @@ import json
 import re
 from typing import Any, Mapping
 
-from profiles.importers.base import total
-from profiles.importers.builder import StepPhases
-from profiles.importers.config import lookup
-from profiles.importers.metrics import StepMetrics, flat_metrics
-from weave.errors import InputError
+from weave_rl.profiles.importers.base import total
+from weave_rl.profiles.importers.builder import StepPhases
+from weave_rl.profiles.importers.config import lookup
+from weave_rl.profiles.importers.metrics import StepMetrics, flat_metrics
+from weave_rl.core.errors import InputError
 
 NAME = "roll"
 TITLE = "ROLL"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiles.jobs import JobSet
-from topology.topology import Topology
-from weave.errors import InputError
+from weave_rl.profiles.jobs import JobSet
+from weave_rl.topology.topology import Topology
+from weave_rl.core.errors import InputError
 
 
 @dataclass(frozen=True)

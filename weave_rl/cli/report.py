@@ -1,8 +1,8 @@
 """``weave report DIR -o report.html``: one self-contained HTML page about a run.
 
-Thin: ``executor.report.build_report`` reads the folder (``weave simulate --out DIR`` or ``weave run``)
+Thin: ``weave_rl.executor.report.build_report`` reads the folder (``weave simulate --out DIR`` or ``weave run``)
 and writes the page; a missing or garbled folder is an ``InputError`` (one line, exit 2).
-Registered on the main app by one line at the end of ``weave/cli.py``.
+Registered on the main app by one line at the end of ``weave_rl/cli/app.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from weave.render import console, print_json
+from weave_rl.cli.render import console, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +30,7 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
 ) -> None:
     """Write an HTML report of a run: planned vs measured Gantt, utilization, SLOs, replans, profile fits."""
-    from executor.report import build_report
+    from weave_rl.executor.report import build_report
 
     result = build_report(folder, out, plan=plan, jobs=jobs)
     if as_json:

@@ -1,7 +1,7 @@
 """``weave simulate``: run a plan (or a trace) on the discrete-event ``sim`` backend and report.
 
 Thin on purpose: parse and check the inputs, call ``executor`` and render. Registered on the main
-app by one line at the end of ``weave/cli.py``.
+app by one line at the end of ``weave_rl/cli/app.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
-from weave.errors import InputError
-from weave.render import console, err_console, print_json, table
+from weave_rl.core.errors import InputError
+from weave_rl.cli.render import console, err_console, print_json, table
 
 DRIFT_HELP = ("Inject drift: JOB:PHASE:FACTOR@TIME (JOB or PHASE may be *), or a template increasing:M, "
               "decreasing:M, mixed:M (rollouts drift linearly to (1+M)x or 1/(1+M)x over each job's life); "
@@ -54,18 +54,18 @@ def simulate(
                                                help="Serve Prometheus metrics on 127.0.0.1:PORT during the run."),
 ) -> None:
     """Simulate a plan: weave simulate PLAN --jobs J --out DIR, or --topology T --jobs J [--trace]."""
-    from executor.config import ElasticRules
-    from executor.drift import DriftReplanner, parse_drift
-    from executor.faults import parse_faults
-    from executor.outputs import metrics, write_outputs
-    from executor.run import simulate_plan
-    from planner.model import PlanningModel
-    from planner.plan import POLICIES, load_plan
-    from profiles.durations import parse_quantile
-    from profiles.jobs import JobSet, load_jobs
-    from topology.presets import PRESETS
-    from topology.topology import load_topology
-    from weave.inputs import require_jobs_fit
+    from weave_rl.executor.config import ElasticRules
+    from weave_rl.executor.drift import DriftReplanner, parse_drift
+    from weave_rl.executor.faults import parse_faults
+    from weave_rl.executor.outputs import metrics, write_outputs
+    from weave_rl.executor.run import simulate_plan
+    from weave_rl.planner.model import PlanningModel
+    from weave_rl.planner.plan import POLICIES, load_plan
+    from weave_rl.profiles.durations import parse_quantile
+    from weave_rl.profiles.jobs import JobSet, load_jobs
+    from weave_rl.topology.presets import PRESETS
+    from weave_rl.topology.topology import load_topology
+    from weave_rl.planner.fit import require_jobs_fit
 
     if policy not in POLICIES:
         raise InputError("<command line>", "--policy", f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
@@ -114,7 +114,7 @@ def simulate(
 
     def online(base_jobs: JobSet, base_plan, q_plan):
         try:
-            from planner.online import OnlinePlanner
+            from weave_rl.planner.online import OnlinePlanner
         except ImportError:
             raise InputError("<command line>", "--policy",
                              "the optimal policy's online planner (planner.online) is not available") from None
@@ -122,7 +122,7 @@ def simulate(
 
     try:
         if trace:
-            from executor.trace import BaselinePlanner, empty_plan, run_trace
+            from weave_rl.executor.trace import BaselinePlanner, empty_plan, run_trace
 
             if policy == "optimal":
                 planner = online(JobSet(), None, q)
@@ -144,7 +144,7 @@ def simulate(
                                reopt_time_limit_s=time_limit, threads=threads, progress=progress, setup=setup)
         else:
             if plan is None:
-                from planner.api import make_plan
+                from weave_rl.planner.api import make_plan
 
                 with err_console.status(f"planning {len(jobs)} jobs ({policy})..."):
                     plan = make_plan(topo, jobs, policy=policy, quantile=q, time_limit_s=time_limit, threads=threads)
@@ -156,7 +156,7 @@ def simulate(
                 if plan.policy == "optimal":
                     planner = online(JobSet(jobs=[jobs[j] for j in plan.jobs]), plan, plan.quantile)
                 else:
-                    from executor.trace import BaselinePlanner
+                    from weave_rl.executor.trace import BaselinePlanner
 
                     planner = BaselinePlanner(topo, plan.policy, quantile=plan.quantile, time_limit_s=time_limit,
                                               threads=threads)
@@ -188,8 +188,8 @@ def simulate(
                       "link_sharing": not no_link_sharing, "link_policy": link_policy}
     paths = write_outputs(out, controller, data)
     if not no_plots:
-        from executor.outputs import records_table
-        from executor.plots import draw_all
+        from weave_rl.executor.outputs import records_table
+        from weave_rl.executor.plots import draw_all
 
         frame = records_table(controller)
         cycles = [g.cycle_s for g in controller.plan.groups]
@@ -204,7 +204,7 @@ def simulate(
 
 def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline"):
     """The tail model may be tuned in the plan's ``elastic.long_tail_migration`` (tail_share, tail_slowdown)."""
-    from executor.sim import SimModel
+    from weave_rl.executor.sim import SimModel
 
     ltm = elastic.get("long_tail_migration") if isinstance(elastic, dict) else None
     ltm = ltm if isinstance(ltm, dict) else {}
@@ -224,13 +224,13 @@ def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline")
 def _metrics(port: Optional[int], setup):
     if port is None:
         return setup
-    from executor.monitoring import metrics_setup
+    from weave_rl.executor.monitoring import metrics_setup
 
     return metrics_setup(port, setup, announce=lambda url: err_console.print(f"metrics on {url}", highlight=False))
 
 
 def _rules(plan, plan_file):
-    from executor.config import ElasticRules
+    from weave_rl.executor.config import ElasticRules
 
     try:
         return ElasticRules.from_plan(plan.elastic)
@@ -255,7 +255,7 @@ def _progress(enabled: bool):
 
 
 def _json_safe(data):
-    from executor.outputs import json_safe
+    from weave_rl.executor.outputs import json_safe
 
     return json_safe(data)
 

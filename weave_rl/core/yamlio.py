@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from weave.errors import InputError
+from weave_rl.core.errors import InputError
 
 
 def load_yaml_file(path: str | Path) -> Any:

@@ -8,9 +8,9 @@ from typing import Optional
 
 import typer
 
-from weave import __version__
-from weave.errors import InputError
-from weave.render import console, err_console, print_json, table
+from weave_rl import __version__
+from weave_rl.core.errors import InputError
+from weave_rl.cli.render import console, err_console, print_json, table
 
 app = typer.Typer(help="Weave: co-scheduling plans for disaggregated RL post-training.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -43,7 +43,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 @topology_app.command("show")
 def topology_show(source: str = typer.Argument(..., metavar="FILE|PRESET"), as_json: bool = JSON_OPTION) -> None:
     """Show a topology: clusters, links, GPU counts and $/h."""
-    from topology.topology import load_topology, topology_to_data
+    from weave_rl.topology.topology import load_topology, topology_to_data
 
     topo = load_topology(source)
     summary = {
@@ -78,13 +78,13 @@ def jobs_show(file: Path = typer.Argument(..., metavar="FILE"),
               quantile: str = typer.Option("0.95", "--quantile", "-q", help="Planning quantile, or 'max'."),
               as_json: bool = JSON_OPTION) -> None:
     """Show a jobs file: phases, GPUs, durations at the planning quantile, host memory."""
-    from profiles.jobs import jobs_to_data, load_jobs
-    from weave.inputs import require_jobs_fit
+    from weave_rl.profiles.jobs import jobs_to_data, load_jobs
+    from weave_rl.planner.fit import require_jobs_fit
 
     q = _parse_quantile(quantile)
     topo = None
     if topology:
-        from topology.topology import load_topology
+        from weave_rl.topology.topology import load_topology
 
         topo = load_topology(topology)
     jobs = load_jobs(file, topo.gpu_types) if topo else load_jobs(file)
@@ -111,8 +111,8 @@ def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH |
                   seed: int = typer.Option(0, "--seed", "-s", help="Random seed."),
                   out: Path = typer.Option(..., "-o", "--out", help="Jobs YAML to write.")) -> None:
     """Generate a reference workload (Weave micro-benchmarks, synthetic families, the seed job)."""
-    from profiles.generators import FAMILIES, generate
-    from profiles.jobs import save_jobs
+    from weave_rl.profiles.generators import FAMILIES, generate
+    from weave_rl.profiles.jobs import save_jobs
 
     if family not in FAMILIES:
         raise InputError("<command line>", "FAMILY", f"unknown family {family!r} (families: {', '.join(FAMILIES)})")
@@ -128,9 +128,9 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
                 jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML to update."),
                 out: Path = typer.Option(..., "-o", "--out", help="Updated jobs YAML to write.")) -> None:
     """Refit job profiles from measured records (DESIGN 3.4)."""
-    from profiles.fit import fit_jobs
-    from profiles.jobs import load_jobs, save_jobs
-    from profiles.records import read_records
+    from weave_rl.profiles.fit import fit_jobs
+    from weave_rl.profiles.jobs import load_jobs, save_jobs
+    from weave_rl.profiles.records import read_records
 
     jobs = load_jobs(jobs_file)
     frame = read_records(records)
@@ -150,7 +150,7 @@ def demo(out: Path = typer.Option(Path("out/demo"), "--out", help="Folder for th
                                              help="Iterations of the short real run on local workers (0: skip it).")) -> None:
     """Run the embedded example end to end: topology, workload, plans by every policy, pictures, a
     simulation, and a short real run of two GRPO jobs on local worker processes."""
-    from weave.demo import run_demo
+    from weave_rl.cli.demo import run_demo
 
     code = run_demo(out, console, jobs=count, seed=seed, time_limit_s=time_limit, real_iterations=real_iterations)
     if code:
@@ -179,11 +179,11 @@ def plan(ctx: typer.Context,
     """Plan jobs on a topology: weave plan --topology T --jobs J -o plans/NAME.yaml"""
     if ctx.invoked_subcommand is not None:
         return
-    from planner.api import OBJECTIVES, make_plan
-    from planner.check import check_plan, format_violations
-    from planner.plan import POLICIES, plan_to_data, save_plan
-    from profiles.jobs import load_jobs
-    from topology.topology import load_topology
+    from weave_rl.planner.api import OBJECTIVES, make_plan
+    from weave_rl.planner.check import check_plan, format_violations
+    from weave_rl.planner.plan import POLICIES, plan_to_data, save_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.topology import load_topology
 
     if topology is None or jobs_file is None:
         raise InputError("<command line>", "--topology" if topology is None else "--jobs",
@@ -193,8 +193,8 @@ def plan(ctx: typer.Context,
     if objective not in OBJECTIVES:
         raise InputError("<command line>", "--objective",
                          f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
-    from planner.optimize import SOLVERS
-    from planner.plan import load_plan
+    from weave_rl.planner.optimize import SOLVERS
+    from weave_rl.planner.plan import load_plan
 
     if solver not in SOLVERS:
         raise InputError("<command line>", "--solver", f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
@@ -224,10 +224,10 @@ def plan(ctx: typer.Context,
 
 def _online(plan_file: Path, topology: Optional[str], jobs_file: Path, max_group_size: int = 5):
     """The online planner on a saved plan (its own topology unless one is given)."""
-    from planner.online import OnlinePlanner
-    from planner.plan import load_plan
-    from profiles.jobs import load_jobs
-    from topology.topology import load_topology
+    from weave_rl.planner.online import OnlinePlanner
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.topology import load_topology
 
     the_plan = load_plan(plan_file)
     topo = load_topology(topology or the_plan.topology)
@@ -236,8 +236,8 @@ def _online(plan_file: Path, topology: Optional[str], jobs_file: Path, max_group
 
 
 def _write_online(result, topo, jobs, out: Optional[Path], as_json: bool, title: str) -> None:
-    from planner.check import check_plan, format_violations
-    from planner.plan import Plan, plan_to_data, save_plan
+    from weave_rl.planner.check import check_plan, format_violations
+    from weave_rl.planner.plan import Plan, plan_to_data, save_plan
 
     result = Plan.model_validate(result.model_dump())
     violations = check_plan(result, topo, jobs)
@@ -319,10 +319,10 @@ def plan_check(plan_file: Path = PLAN_ARGUMENT,
                jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML."),
                as_json: bool = JSON_OPTION) -> None:
     """Check a plan against every rule of DESIGN 3.3, independently of the solver."""
-    from planner.check import check_plan
-    from planner.plan import load_plan
-    from profiles.jobs import load_jobs
-    from topology.topology import load_topology
+    from weave_rl.planner.check import check_plan
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.topology import load_topology
 
     topo = load_topology(topology)
     jobs = load_jobs(jobs_file, topo.gpu_types)
@@ -348,29 +348,29 @@ def plan_show(plan_file: Path = PLAN_ARGUMENT,
               cycles: int = typer.Option(2, "--cycles", min=1, help="Cycles to draw."),
               topology: Optional[str] = typer.Option(None, "--topology", "-t", help="For utilization figures.")) -> None:
     """Summarise a plan; draw per-group Gantt charts of its cycles."""
-    from planner.plan import load_plan
+    from weave_rl.planner.plan import load_plan
 
     if by not in ("node", "gpu"):
         raise InputError("<command line>", "--by", f"expected node or gpu, got {by!r}")
     the_plan = load_plan(plan_file)
     topo = None
     if topology:
-        from topology.topology import load_topology
+        from weave_rl.topology.topology import load_topology
 
         topo = load_topology(topology)
     _print_plan_summary(the_plan, topo, None)
     if png:
-        from planner.gantt import gantt_png
+        from weave_rl.planner.gantt import gantt_png
 
         console.print(f"wrote {gantt_png(the_plan, png, cycles=cycles, by=by)}")
     if html:
-        from planner.gantt import gantt_html
+        from weave_rl.planner.gantt import gantt_html
 
         console.print(f"wrote {gantt_html(the_plan, html, cycles=cycles, by=by)}")
 
 
 def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
-    from planner.summary import cluster_use
+    from weave_rl.planner.summary import cluster_use
 
     s = the_plan.solver
     lb = the_plan.lower_bound_usd_per_hour
@@ -399,7 +399,7 @@ def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
 
 
 def _parse_quantile(text: str) -> float | str:
-    from profiles.durations import parse_quantile
+    from weave_rl.profiles.durations import parse_quantile
 
     try:
         return parse_quantile(text)
@@ -425,16 +425,16 @@ def run() -> None:
     sys.exit(main())
 
 
-from weave.cli_simulate import register as _register_simulate  # noqa: E402 (needs ``app`` above)
+from weave_rl.cli.simulate import register as _register_simulate  # noqa: E402 (needs ``app`` above)
 
 _register_simulate(app)  # weave simulate (executor, sim backend)
-from weave.cli_run import register as _register_run  # noqa: E402
+from weave_rl.cli.run import register as _register_run  # noqa: E402
 
 _register_run(app)  # weave run (executor, local backend)
-from weave.cli_stack import register as _register_stack  # noqa: E402 (needs the sub-apps above)
+from weave_rl.cli.stack import register as _register_stack  # noqa: E402 (needs the sub-apps above)
 
 _register_stack(profile_app, plan_app)  # weave profile import, weave plan export
-from weave.cli_report import register as _register_report  # noqa: E402
+from weave_rl.cli.report import register as _register_report  # noqa: E402
 
 _register_report(app)  # weave report (HTML page of a run folder)
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """``weave profile import`` (framework logs -> measured records) and ``weave plan export`` (a plan ->
 veRL / ROLL / Kubernetes / Ray settings).
 
-Thin on purpose: parse, call ``profiles.importers`` or ``planner.export``, render. Registered on the
-``profile`` and ``plan`` sub-apps by one line in ``weave/cli.py``.
+Thin on purpose: parse, call ``weave_rl.profiles.importers`` or ``weave_rl.planner.export``, render. Registered on the
+``profile`` and ``plan`` sub-apps by one line in ``weave_rl/cli/app.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
-from weave.errors import InputError
-from weave.render import console, err_console, print_json
+from weave_rl.core.errors import InputError
+from weave_rl.cli.render import console, err_console, print_json
 
 IMPORT_HELP = (
     "Import phase timings from a veRL, ROLL or OpenRLHF log into records (DESIGN 3.4).\n\n"
@@ -52,8 +52,8 @@ def profile_import(
                                                help="Rollout GPUs (overrides the config; default: the training GPUs)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
-    from profiles.importers import ImportOptions, import_framework_log
-    from profiles.records import write_records
+    from weave_rl.profiles.importers import ImportOptions, import_framework_log
+    from weave_rl.profiles.records import write_records
 
     if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise InputError(str(out), None, "unsupported records format: use .csv or .parquet")
@@ -94,9 +94,9 @@ def plan_export(
     Deployment per pool, pinned to the group's nodes, whole-node nvidia.com/gpu requests); ray DIR/<job>.ray.json
     (placement groups, one bundle per node, with node and GPU ids).
     """
-    from planner.export import EXPORTERS, ExportOptions, export_plan
-    from planner.plan import load_plan
-    from topology.topology import load_topology
+    from weave_rl.planner.export import EXPORTERS, ExportOptions, export_plan
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.topology.topology import load_topology
 
     if target not in EXPORTERS:
         raise InputError("<command line>", "--to", f"unknown target {target!r} (targets: {', '.join(EXPORTERS)})")

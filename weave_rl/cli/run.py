@@ -1,9 +1,9 @@
 """``weave run``: execute a plan on real worker processes of this machine (the ``local`` backend).
 
-Thin on purpose: parse and check the inputs, call ``executor.local.run.run_plan_local``, write the
+Thin on purpose: parse and check the inputs, call ``weave_rl.executor.local.run.run_plan_local``, write the
 same outputs as ``weave simulate`` (records parquet + CSV, metrics.json, Gantt PNG + HTML) plus
 ``job_metrics.csv`` (reward and loss per job and iteration). Registered on the main app by one line
-at the end of ``weave/cli.py``.
+at the end of ``weave_rl/cli/app.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Optional
 
 import typer
 
-from weave.errors import InputError
-from weave.render import console, err_console, print_json, table
+from weave_rl.core.errors import InputError
+from weave_rl.cli.render import console, err_console, print_json, table
 
 MAP_HELP = ("Logical GPU -> device, e.g. train-000:0=cpu:0,rollout-000:0=cpu:1 (cpu:N or cuda:N); "
             "unmapped GPUs go round-robin over this machine's devices.")
@@ -53,7 +53,7 @@ def run(
 ) -> None:
     """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR.
     With --backend ray [--address auto|HOST:PORT] the workers are Ray actors."""
-    from executor.local.journal import Journal
+    from weave_rl.executor.local.journal import Journal
 
     if resume is not None:
         if not (resume / "run.json").exists():
@@ -80,11 +80,11 @@ def run(
         raise InputError("<command line>", "--jobs", "required: the jobs' workloads are what the workers run")
     if out is None:
         raise InputError("<command line>", "--out", "required: the folder for records, checkpoints and the journal")
-    from executor.ray_backend.cluster import check_backend_options
+    from weave_rl.executor.ray_backend.cluster import check_backend_options
 
     backend = check_backend_options(backend or "local", address, device_map)
     plan, topo, jobs = load_inputs(plan_file, jobs_file, topology)
-    from executor.local.devices import map_devices
+    from weave_rl.executor.local.devices import map_devices
 
     gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
     devices = map_devices(gpus, device_map)
@@ -105,18 +105,18 @@ def run(
                   "migration_cost": migration_cost}
     if inputs is not None:
         inputs.update({"backend": backend, "address": address})
-    from executor.local.backend import WorkerError
-    from executor.local.run import DriftOptions, run_plan_local
+    from weave_rl.executor.local.backend import WorkerError
+    from weave_rl.executor.local.run import DriftOptions, run_plan_local
 
     setup = None
     if metrics_port is not None:
-        from executor.monitoring import metrics_setup
+        from weave_rl.executor.monitoring import metrics_setup
 
         setup = metrics_setup(metrics_port, announce=lambda url: err_console.print(f"metrics on {url}",
                                                                                    highlight=False))
 
     if backend == "ray":
-        from executor.ray_backend.run import runner
+        from weave_rl.executor.ray_backend.run import runner
 
         run_plan = runner(address)  # run_plan_local's call, on Ray actors
     else:
@@ -155,12 +155,11 @@ def run(
 
 def load_inputs(plan_file: Path, jobs_file: Path, topology: str | None):
     """Plan, topology and jobs, checked against each other (``InputError`` naming file and key)."""
-    import executor.local.toy  # noqa: F401  registers the bandit workload
-    from executor import workload as wl
-    from planner.plan import load_plan
-    from profiles.jobs import load_jobs
-    from topology.presets import PRESETS
-    from topology.topology import load_topology
+    from weave_rl.executor.workload import workload_factory
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.presets import PRESETS
+    from weave_rl.topology.topology import load_topology
 
     plan = load_plan(plan_file)
     if topology is None:
@@ -189,21 +188,16 @@ def load_inputs(plan_file: Path, jobs_file: Path, topology: str | None):
         if job.name not in plan.jobs:
             continue
         kind = str((job.workload or {}).get("kind", "grpo"))
-        if kind == "grpo" and kind not in wl._REGISTRY:
-            try:
-                import executor.rl  # noqa: F401
-            except ImportError as exc:
-                raise InputError(str(jobs_file), f"jobs[{i}].workload.kind",
-                                 f"the built-in grpo workload is not available ({exc})") from None
-        if kind not in wl._REGISTRY:
-            raise InputError(str(jobs_file), f"jobs[{i}].workload.kind",
-                             f"unknown workload kind {kind!r} (known: {', '.join(sorted(wl._REGISTRY))})")
+        try:
+            workload_factory(kind)
+        except ValueError as exc:
+            raise InputError(str(jobs_file), f"jobs[{i}].workload.kind", str(exc)) from None
     return plan, topo, jobs
 
 
 def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
     """records, metrics.json, job_metrics.csv and the pictures; returns the metrics."""
-    from executor.outputs import metrics, records_table, write_outputs
+    from weave_rl.executor.outputs import metrics, records_table, write_outputs
 
     controller = result.controller
     out.mkdir(parents=True, exist_ok=True)
@@ -218,14 +212,14 @@ def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
     write_outputs(out, controller, data)
     _write_job_metrics(out / "job_metrics.csv", result.job_rows)
     if plots:
-        from executor.plots import draw_all
+        from weave_rl.executor.plots import draw_all
 
         frame = records_table(controller)
         cycles = [g.cycle_s for g in controller.plan.groups]
         marks = [(e["t"], e["event"]) for e in result.events if e.get("event") == "worker_died"]
         draw_all(out, frame, controller.held_timeline, controller.now, cycle_hint=max(cycles) if cycles else None,
                  marks=marks[:50])
-    from executor.outputs import json_safe
+    from weave_rl.executor.outputs import json_safe
 
     return json_safe(data)
 

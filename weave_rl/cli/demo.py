@@ -8,14 +8,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from planner.api import make_plan
-from planner.check import check_plan, format_violations
-from planner.plan import save_plan
-from planner.summary import cluster_use
-from profiles.generators import generate
-from profiles.jobs import save_jobs
-from topology.topology import load_topology
-from weave.render import table
+from weave_rl.planner.api import make_plan
+from weave_rl.planner.check import check_plan, format_violations
+from weave_rl.planner.plan import save_plan
+from weave_rl.planner.summary import cluster_use
+from weave_rl.profiles.generators import generate
+from weave_rl.profiles.jobs import save_jobs
+from weave_rl.topology.topology import load_topology
+from weave_rl.cli.render import table
 
 
 # Two small real jobs for the local run: the built-in GRPO job on two tasks. Their profiles are rough
@@ -67,7 +67,7 @@ def run_demo(out: Path, console: Console, *, jobs: int = 20, seed: int = 1, time
     for other in ("solo", "colocate", "weave"):
         ratio = plans[other].cost_usd_per_hour / best.cost_usd_per_hour
         console.print(f"optimal is {ratio:.2f}x cheaper than {other}")
-    from planner.gantt import gantt_html, gantt_png
+    from weave_rl.planner.gantt import gantt_html, gantt_png
 
     png = gantt_png(best, out / "plan-optimal.png")
     html = gantt_html(best, out / "plan-optimal.html")
@@ -80,9 +80,9 @@ def run_demo(out: Path, console: Console, *, jobs: int = 20, seed: int = 1, time
 
 def simulate(plan, topo, workload, out: Path, console: Console, iterations: int = 10) -> None:
     """The optimal plan on the sim backend: sampled phase times, shared links, the elastic rules."""
-    from executor.config import ElasticRules
-    from executor.outputs import metrics, write_outputs
-    from executor.run import simulate_plan
+    from weave_rl.executor.config import ElasticRules
+    from weave_rl.executor.outputs import metrics, write_outputs
+    from weave_rl.executor.run import simulate_plan
 
     result = simulate_plan(plan, topo, workload, iterations=iterations, rules=ElasticRules.from_plan(plan.elastic))
     data = metrics(result.controller, wall_s=result.wall_s, events=result.events)
@@ -98,11 +98,11 @@ def simulate(plan, topo, workload, out: Path, console: Console, iterations: int 
 
 def real_run(out: Path, console: Console, *, iterations: int, time_limit_s: float) -> int:
     """Two GRPO jobs planned on this machine and run on local worker processes (one per core)."""
-    from executor.local.devices import map_devices
-    from executor.local.run import run_plan_local
-    from executor.run import simulate_plan
-    from profiles.jobs import load_jobs
-    from weave.cli_run import write_run_outputs
+    from weave_rl.executor.local.devices import map_devices
+    from weave_rl.executor.local.run import run_plan_local
+    from weave_rl.executor.run import simulate_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.cli.run import write_run_outputs
 
     out.mkdir(parents=True, exist_ok=True)
     topo = load_topology("local")

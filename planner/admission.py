@@ -1,0 +1,452 @@
+"""Admission on a live plan: admit an arriving job, release a finished one, without a new solve.
+
+``AdmissionPlanner`` keeps the live state of a plan (groups with their members' GPUs and timetables,
+free nodes, host memory per node) so that one admission costs a handful of checks per group, not a
+new solve:
+
+- ``admit(job)`` never moves a placed job. It tries, cheapest first: joining a group on rollout
+  nodes it already holds (no added cost), joining a group on fresh rollout nodes, a new group of
+  its own on fresh nodes. Groups are screened by necessary conditions (group size, training pool
+  type and width, training busy time and host memory within every member's cap) before the
+  round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly, on at most
+  ``max_trials`` groups, best-fitting training pool first: admission latency stays bounded with
+  thousands of jobs (a job that finds no room there gets a group of its own; a replan repacks).
+- Admission also keeps each inter-cluster link's average sync load (one model copy per job per
+  cycle, at the link's bandwidth) within ``link_budget`` (70 % by default): past it, concurrent syncs
+  queue on the link and stretch iterations beyond their SLOs. A job that would overload it waits.
+- ``release(name)`` drops a finished job; nodes nobody in its group uses any more go back to the
+  free pool, and the group keeps its timetable unless the round robin of the rest is shorter.
+
+The optimal planner uses it to place the jobs left over around verified groups; re-optimizing a
+live plan (``planner/online.py``) sits above both, so imports run one way:
+online -> optimize -> admission.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.optimal import PhaseOption, phase_options
+from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, Plan, Rejection, SolverInfo
+from weave_rl.planner.roundrobin import Member, PhaseTime, group_plan, round_robin_timetable
+from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.topology.topology import Topology, node_of
+from weave_rl.core.errors import InputError
+
+SLO_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Admission:
+    placed: bool
+    group: str | None
+    reason: str | None
+    plan: Plan
+    added_usd_per_hour: float = 0.0
+
+
+@dataclass
+class _Group:
+    name: str
+    members: list[Member]
+    nodes: list[str]
+    cycle_s: float
+    phases: dict[str, dict[str, PhaseTime]]
+    plan: GroupPlan | None = None
+    # Screening figures, refreshed on every change: training busy time, smallest cap, and per
+    # rollout node the rollout time (warm switches included) that runs there each cycle.
+    train_busy: float = 0.0
+    cap: float = math.inf
+    rollout_busy: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def train_gpus(self) -> tuple[str, ...]:
+        return self.members[0].train_gpus
+
+    @property
+    def rollout_nodes(self) -> list[str]:
+        return list(dict.fromkeys(node_of(g) for m in self.members for g in m.rollout_gpus))
+
+
+@dataclass
+class _Placement:
+    added: float  # $/h
+    group: _Group | None  # None: a new group
+    member: Member
+    fresh: list[str]  # nodes taken from the free pool
+    cycle_s: float
+    phases: dict[str, dict[str, PhaseTime]] = field(default_factory=dict)
+
+
+class AdmissionPlanner:
+    def __init__(self, topology: Topology, jobs: JobSet, plan: Plan | None = None, *,
+                 quantile: float | str = 0.95, max_group_size: int = 5, max_trials: int = 24,
+                 link_budget: float | None = 0.7, source: str = "<plan>"):
+        self.topology = topology
+        self.max_group_size = max_group_size
+        self.max_trials = max_trials  # round-robin simulations per admission, best-fitting groups first
+        self._trials = max_trials
+        # Share of each inter-cluster link that the weight syncs of admitted groups may use on average
+        # (one model copy per job per cycle); above it, concurrent syncs queue on the link and stretch
+        # iterations past their SLOs (the simulator shares link bandwidth). None: no limit.
+        self.link_budget = link_budget
+        self._links = {tuple(sorted(link.between)): link.gbps for link in topology.spec.links}
+        self.quantile = plan.quantile if plan is not None else quantile
+        self.rejected: list[Rejection] = []
+        self._full_link: tuple[str, str] | None = None
+        self.reset(jobs, plan, source)
+
+    def reset(self, jobs: JobSet, plan: Plan | None, source: str = "<plan>") -> None:
+        """Forget the live state; hold ``plan`` (None: nothing placed) for ``jobs``."""
+        self.jobs: dict[str, JobSpec] = {j.name: j for j in jobs.jobs}
+        self.model = PlanningModel(self.topology, jobs, self.quantile)
+        self.free = {c: [n.id for n in self.topology.nodes_in(cluster=c)] for c in self.topology.clusters}
+        self.mem: dict[str, float] = {}
+        self.groups: dict[str, _Group] = {}
+        self.link_load: dict[tuple[str, str], float] = {}
+        self._next = 0
+        self._busy: dict[tuple, float] = {}
+        self._options: dict[tuple, list[PhaseOption]] = {}
+        self._where: dict[str, str] = {}  # job -> group name
+        if plan is not None:
+            self._load(plan, source)
+
+    # ----- state <-> Plan ---------------------------------------------------------------------
+    def _load(self, plan: Plan, source: str) -> None:
+        taken = set()
+        for g in plan.groups:
+            members = []
+            phases = {}
+            for jp in g.jobs:
+                if jp.name not in self.jobs:
+                    raise InputError(source, f"groups.{g.name}.jobs.{jp.name}", "job is not in the jobs file")
+                slots = {s.phase: s for s in jp.phases}
+                members.append(Member(self.jobs[jp.name], tuple(slots["rollout"].gpus), tuple(slots["train"].gpus)))
+                phases[jp.name] = {k: PhaseTime(s.start_s, s.duration_s) for k, s in slots.items()}
+            group = _Group(g.name, members, list(g.nodes), g.cycle_s, phases, plan=g)
+            self.groups[g.name] = group
+            self._summarize(group)
+            self._add_load(self._group_load(group.members, group.cycle_s), +1)
+            taken.update(g.nodes)
+            for m in members:
+                self._pin(m, +1)
+                self._where[m.job.name] = g.name
+        for c in self.free:
+            self.free[c] = [n for n in self.free[c] if n not in taken]
+        self.rejected = list(plan.rejected)
+        self._next = 1 + max((int(n[1:]) for n in self.groups if n[1:].isdigit()), default=-1)
+
+    @property
+    def plan(self) -> Plan:
+        groups = [self._group_plan(g) for g in self.groups.values()]
+        cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
+        return Plan.model_construct(version=1, policy="online", objective="cost", quantile=self.quantile,
+                                    topology=self.topology.name, cost_usd_per_hour=cost,
+                                    lower_bound_usd_per_hour=None,
+                                    solver=SolverInfo(name="online", status="FEASIBLE"),
+                                    groups=groups, rejected=list(self.rejected), elastic=dict(DEFAULT_ELASTIC))
+
+    def _group_plan(self, group: _Group) -> GroupPlan:
+        if group.plan is None:
+            group.plan = group_plan(self.topology, group.name, group.members, group.phases, group.cycle_s,
+                                    group.nodes, self.model.solo_of)
+        return group.plan
+
+    # ----- bookkeeping -------------------------------------------------------------------------
+    def _pin(self, m: Member, sign: int) -> None:
+        """Host memory of the member's phases on every node they use (the residency constraint)."""
+        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
+            for node in {node_of(g) for g in gpus}:
+                self.mem[node] = self.mem.get(node, 0.0) + sign * m.job.phase(kind).host_mem_gb
+
+    def _mem_fits(self, m: Member) -> bool:
+        need: dict[str, float] = {}
+        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
+            for node in {node_of(g) for g in gpus}:
+                need[node] = need.get(node, 0.0) + m.job.phase(kind).host_mem_gb
+        return all(self.mem.get(n, 0.0) + gb <= self.topology.node(n).host_mem_gb * (1 + 1e-9)
+                   for n, gb in need.items())
+
+    def _cap(self, job: JobSpec) -> float:
+        return job.slo * self.model.solo_of(job)
+
+    def _busy_s(self, job: JobSpec, kind: str, gpus: tuple[str, ...]) -> float:
+        """The phase's duration plus its warm switch on these GPUs (cached by shape: the same for
+        every node of a cluster)."""
+        node = self.topology.node(node_of(gpus[0]))
+        key = (job.name, kind, len(gpus), node.cluster)
+        if key not in self._busy:
+            self._busy[key] = (ceil_ms(self.model.duration(job, kind, len(gpus), node.gpu_type))
+                               + ceil_ms(self.model.max_switch_s(job, kind, list(gpus))))
+        return self._busy[key]
+
+    def _summarize(self, group: _Group) -> None:
+        group.train_busy = sum(self._busy_s(m.job, "train", m.train_gpus) for m in group.members)
+        group.cap = min(self._cap(m.job) for m in group.members)
+        group.rollout_busy = {}
+        for m in group.members:
+            busy = self._busy_s(m.job, "rollout", m.rollout_gpus)
+            for node in {node_of(g) for g in m.rollout_gpus}:
+                group.rollout_busy[node] = group.rollout_busy.get(node, 0.0) + busy
+
+    # ----- admit -------------------------------------------------------------------------------
+    def admit(self, job: JobSpec) -> Admission:
+        """Place ``job`` without moving any placed job, at the least added $/h; reject it (with the
+        reason, in ``plan.rejected``) when nothing fits."""
+        if job.name in self.jobs and self._group_of(job.name) is not None:
+            raise ValueError(f"job {job.name} is already placed")
+        if self.jobs.get(job.name, job) is not job:  # same name, new profile: forget cached figures
+            self._busy = {k: v for k, v in self._busy.items() if k[0] != job.name}
+            self._options = {k: v for k, v in self._options.items() if k[0] != job.name}
+            self.model._solo_cache.pop(job.name, None)
+        self.jobs[job.name] = job
+        self.rejected = [r for r in self.rejected if r.name != job.name]
+        reason = self._inadmissible(job)
+        best = None
+        if reason is None:
+            best, reason = self._best_placement(job)
+        if best is None:
+            self.rejected.append(Rejection(name=job.name, reason=reason or "no placement found"))
+            return Admission(False, None, reason, self.plan)
+        group = self._apply(best)
+        return Admission(True, group.name, None, self.plan, round(best.added, 6))
+
+    def _inadmissible(self, job: JobSpec) -> str | None:
+        if job.slo < 1:
+            return f"slo {job.slo:g} < 1: no placement runs a job faster than alone"
+        for kind in ("rollout", "train"):
+            if not self._phase_options(job, kind):
+                return f"no cluster can host its {kind} (GPU types {'/'.join(job.phase(kind).gpu_types)})"
+        try:
+            self.model.solo_of(job)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _best_placement(self, job: JobSpec) -> tuple[_Placement | None, str | None]:
+        cap = self._cap(job)
+        reason = None
+        scaled: list[_Placement] = []
+        # Groups whose training pool is the tightest fit first (best fit keeps roomy pools for later).
+        screened = []
+        for group in self.groups.values():
+            slack = self._screen(job, group, cap)
+            if slack is not None:
+                screened.append((slack, group.name, group))
+        self._trials = self.max_trials
+        for _, _, group in sorted(screened):
+            if self._trials <= 0:
+                break
+            # One placement on fresh rollout nodes is enough: any other costs the same or more.
+            for placement in self._join(job, group, fresh=not scaled):
+                if placement.added == 0.0:
+                    return placement, None
+                scaled.append(placement)
+                break
+        alone = self._alone(job)
+        options = scaled + ([alone] if isinstance(alone, _Placement) else [])
+        if not options:
+            reason = alone if isinstance(alone, str) else "no free nodes"
+            return None, reason
+        return min(options, key=lambda p: (p.added, p.cycle_s)), None
+
+    def _screen(self, job: JobSpec, group: _Group, cap: float) -> float | None:
+        """Necessary conditions to join ``group``; the training pool's slack when they hold."""
+        if len(group.members) >= self.max_group_size:
+            return None
+        gpus = group.train_gpus
+        if len(gpus) not in job.train.gpu_options or self.topology.gpu_type_of(gpus[0]) not in job.train.gpu_types:
+            return None
+        limit = min(group.cap, cap)
+        busy = group.train_busy + self._busy_s(job, "train", gpus)
+        if busy > limit * (1 + SLO_TOL):
+            return None
+        train_nodes = {node_of(g) for g in gpus}
+        if any(self.mem.get(n, 0.0) + job.train.host_mem_gb > self.topology.node(n).host_mem_gb * (1 + 1e-9)
+               for n in train_nodes):
+            return None
+        return limit - busy
+
+    def _join(self, job: JobSpec, group: _Group, fresh: bool = True):
+        """Feasible placements in ``group``: on its rollout nodes first, then (if ``fresh``) on fresh ones."""
+        topo = self.topology
+        for option in self._rollout_options(job):
+            runs = self._runs(group.rollout_nodes, option)
+            limit = min(group.cap, self._cap(job))
+            for run in runs:
+                gpus = tuple(g for n in run for g in topo.node(n).gpu_ids)[:option.gpus]
+                busy = self._busy_s(job, "rollout", gpus)
+                if any(group.rollout_busy.get(n, 0.0) + busy > limit * (1 + SLO_TOL) for n in run):
+                    continue  # that node cannot run one more rollout per cycle
+                p = self._try(job, group, Member(job, gpus, group.train_gpus), [], 0.0)
+                if p is not None:
+                    yield p
+                    return
+        if not fresh:
+            return
+        for option in self._rollout_options(job):
+            nodes = self._peek(option.cluster, option.nodes)
+            if nodes is None:
+                continue
+            gpus = tuple(g for n in nodes for g in topo.node(n).gpu_ids)[:option.gpus]
+            p = self._try(job, group, Member(job, gpus, group.train_gpus), nodes,
+                          topo.cost_usd_per_hour(nodes))
+            if p is not None:
+                yield p
+                return
+
+    def _phase_options(self, job: JobSpec, kind: str) -> list[PhaseOption]:
+        key = (job.name, kind)
+        if key not in self._options:
+            options = phase_options(self.model, job, kind)
+            price = {c.name: c.gpus_per_node * self.topology.gpu_types[c.gpu_type].usd_per_hour
+                     for c in self.topology.clusters.values()}
+            self._options[key] = sorted(options, key=lambda o: (price[o.cluster] * o.nodes, o.gpus))
+        return self._options[key]
+
+    def _rollout_options(self, job: JobSpec) -> list[PhaseOption]:
+        return self._phase_options(job, "rollout")
+
+    def _runs(self, nodes: list[str], option: PhaseOption) -> list[list[str]]:
+        topo = self.topology
+        same = [n for n in nodes if topo.node(n).cluster == option.cluster]
+        return [same[i:i + option.nodes] for i in range(len(same) - option.nodes + 1)]
+
+    def _peek(self, cluster: str, count: int) -> list[str] | None:
+        free = self.free[cluster]
+        return free[:count] if len(free) >= count else None
+
+    # ----- inter-cluster links ----------------------------------------------------------------------
+    def _group_load(self, members: list[Member], cycle_s: float) -> dict[tuple[str, str], float]:
+        """Busy share of each inter-cluster link: one model copy per member per cycle crosses the
+        link between its training and rollout clusters (the two-stage sync)."""
+        load: dict[tuple[str, str], float] = {}
+        for m in members:
+            pair = tuple(sorted((self.topology.node(node_of(m.train_gpus[0])).cluster,
+                                 self.topology.node(node_of(m.rollout_gpus[0])).cluster)))
+            if pair[0] != pair[1] and pair in self._links:
+                seconds = m.job.weight_bytes * 8 / (self._links[pair] * 1e9)
+                load[pair] = load.get(pair, 0.0) + seconds / cycle_s
+        return load
+
+    def _add_load(self, load: dict[tuple[str, str], float], sign: int) -> None:
+        for pair, share in load.items():
+            self.link_load[pair] = self.link_load.get(pair, 0.0) + sign * share
+
+    def _link_full(self, before: dict, after: dict) -> tuple[str, str] | None:
+        if self.link_budget is None:
+            return None
+        for pair, share in after.items():
+            if self.link_load.get(pair, 0.0) - before.get(pair, 0.0) + share > self.link_budget + 1e-9:
+                return pair
+        return None
+
+    def _try(self, job: JobSpec, group: _Group | None, member: Member, fresh: list[str],
+             added: float) -> _Placement | None:
+        if not self._mem_fits(member):
+            return None
+        if group is not None:
+            self._trials -= 1
+        members = (group.members if group else []) + [member]
+        rr = round_robin_timetable(self.model, members)
+        if any(rr.cycle_s > self._cap(m.job) * (1 + SLO_TOL) for m in members):
+            return None
+        before = self._group_load(group.members, group.cycle_s) if group else {}
+        full = self._link_full(before, self._group_load(members, rr.cycle_s))
+        if full is not None:
+            self._full_link = full
+            return None
+        return _Placement(added, group, member, fresh, rr.cycle_s, rr.phases)
+
+    def _alone(self, job: JobSpec) -> _Placement | str:
+        """The cheapest new group of its own, or the reason there is none."""
+        topo = self.topology
+        best: _Placement | str = "no free nodes for a group of its own"
+        for t in self._phase_options(job, "train"):
+            for o in self._rollout_options(job):
+                if t.cluster == o.cluster:
+                    nodes = self._peek(t.cluster, t.nodes + o.nodes)
+                    train_nodes, roll_nodes = (nodes[:t.nodes], nodes[t.nodes:]) if nodes else (None, None)
+                else:
+                    train_nodes, roll_nodes = self._peek(t.cluster, t.nodes), self._peek(o.cluster, o.nodes)
+                if train_nodes is None or roll_nodes is None:
+                    continue
+                member = Member(job, tuple(g for n in roll_nodes for g in topo.node(n).gpu_ids)[:o.gpus],
+                                tuple(g for n in train_nodes for g in topo.node(n).gpu_ids)[:t.gpus])
+                fresh = train_nodes + roll_nodes
+                self._full_link = None
+                p = self._try(job, None, member, fresh, topo.cost_usd_per_hour(fresh))
+                if p is None:
+                    if self._full_link is not None:
+                        a, b = self._full_link
+                        best = (f"the {a}-{b} link is full: weight syncs would use more than "
+                                f"{100 * self.link_budget:.0f}% of it")
+                    elif isinstance(best, str):
+                        best = f"misses its SLO even alone on {t.gpus}+{o.gpus} GPUs"
+                    continue
+                if isinstance(best, str) or p.added < best.added:
+                    best = p
+        return best
+
+    def _apply(self, p: _Placement) -> _Group:
+        if p.group is not None:
+            self._add_load(self._group_load(p.group.members, p.group.cycle_s), -1)
+        for n in p.fresh:
+            self.free[self.topology.node(n).cluster].remove(n)
+        self._pin(p.member, +1)
+        if p.group is None:
+            name = f"g{self._next}"
+            self._next += 1
+            group = _Group(name, [p.member], list(p.fresh), p.cycle_s, p.phases)
+            self.groups[name] = group
+        else:
+            group = p.group
+            group.members.append(p.member)
+            group.nodes += p.fresh
+            group.cycle_s, group.phases, group.plan = p.cycle_s, p.phases, None
+        self._summarize(group)
+        self._add_load(self._group_load(group.members, group.cycle_s), +1)
+        self._where[p.member.job.name] = group.name
+        return group
+
+    # ----- release -----------------------------------------------------------------------------
+    def _group_of(self, name: str) -> _Group | None:
+        return self.groups.get(self._where.get(name, ""))
+
+    def release(self, name: str) -> Plan:
+        """Free a finished (or cancelled) job; its group shrinks, or disappears with its last job."""
+        group = self._group_of(name)
+        if group is None:
+            if any(r.name == name for r in self.rejected):
+                self.rejected = [r for r in self.rejected if r.name != name]
+                return self.plan
+            raise KeyError(f"job {name} is not in the plan")
+        member = next(m for m in group.members if m.job.name == name)
+        self._add_load(self._group_load(group.members, group.cycle_s), -1)
+        self._pin(member, -1)
+        group.members.remove(member)
+        del self._where[name]
+        if not group.members:
+            self._free(group.nodes)
+            del self.groups[group.name]
+            return self.plan
+        used = {node_of(g) for m in group.members for g in (*m.rollout_gpus, *m.train_gpus)}
+        self._free([n for n in group.nodes if n not in used])
+        group.nodes = [n for n in group.nodes if n in used]
+        group.phases = {k: v for k, v in group.phases.items() if k != name}
+        rr = round_robin_timetable(self.model, group.members)
+        if rr.cycle_s < group.cycle_s and all(rr.cycle_s <= self._cap(m.job) * (1 + SLO_TOL) for m in group.members):
+            group.cycle_s, group.phases = rr.cycle_s, rr.phases
+        group.plan = None
+        self._summarize(group)
+        self._add_load(self._group_load(group.members, group.cycle_s), +1)
+        return self.plan
+
+    def _free(self, nodes: list[str]) -> None:
+        for n in nodes:
+            cluster = self.topology.node(n).cluster
+            self.free[cluster].append(n)
+            self.free[cluster].sort()
+            self.mem.pop(n, None)

@@ -1,0 +1,5 @@
+"""``python -m weave_rl ...`` is the ``weave`` command."""
+
+from weave_rl.cli.app import run
+
+run()
