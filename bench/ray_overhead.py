@@ -36,10 +36,10 @@ def _inputs(folder: Path, size: str):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from test_local_run import write_inputs
 
-    from weave_rl.cli.run import load_inputs
+    from weave_rl.executor.inputs import load_run_inputs
 
     plan, jobs = write_inputs(folder, **SIZES[size])
-    return load_inputs(plan, jobs, None)
+    return load_run_inputs(plan, jobs, None)
 
 
 def _run(backend: str, plan, topo, jobs, out: Path, iterations: int) -> dict:

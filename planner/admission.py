@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.optimal import PhaseOption, phase_options
-from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, Plan, Rejection, SolverInfo
+from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, PhaseTime, group_plan, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology, node_of

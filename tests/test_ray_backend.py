@@ -39,10 +39,10 @@ def cluster():
 
 
 def _inputs(folder: Path, **kw):
-    from weave_rl.cli.run import load_inputs
+    from weave_rl.executor.inputs import load_run_inputs
 
     plan, jobs = write_inputs(folder, **kw)
-    return (plan, jobs), load_inputs(plan, jobs, None)
+    return (plan, jobs), load_run_inputs(plan, jobs, None)
 
 
 def test_ray_run_outputs_placement_and_ray_kill(cluster, tmp_path):

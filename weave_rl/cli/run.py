@@ -83,7 +83,9 @@ def run(
     from weave_rl.executor.ray_backend.cluster import check_backend_options
 
     backend = check_backend_options(backend or "local", address, device_map)
-    plan, topo, jobs = load_inputs(plan_file, jobs_file, topology)
+    from weave_rl.executor.inputs import load_run_inputs
+
+    plan, topo, jobs = load_run_inputs(plan_file, jobs_file, topology)
     from weave_rl.executor.local.devices import map_devices
 
     gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
@@ -151,48 +153,6 @@ def run(
         print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
         return
     _summary(data, result, out)
-
-
-def load_inputs(plan_file: Path, jobs_file: Path, topology: str | None):
-    """Plan, topology and jobs, checked against each other (``InputError`` naming file and key)."""
-    from weave_rl.executor.workload import workload_factory
-    from weave_rl.planner.plan import load_plan
-    from weave_rl.profiles.jobs import load_jobs
-    from weave_rl.topology.presets import PRESETS
-    from weave_rl.topology.topology import load_topology
-
-    plan = load_plan(plan_file)
-    if topology is None:
-        if plan.topology not in PRESETS:
-            raise InputError("<command line>", "--topology", f"required (the plan's topology {plan.topology!r} "
-                             "is not a preset)")
-        topology = plan.topology
-    topo = load_topology(topology)
-    jobs = load_jobs(jobs_file, topo.gpu_types)
-    if plan.topology != topo.name:
-        raise InputError(str(plan_file), "topology", f"plan is for {plan.topology!r}, topology is {topo.name!r}")
-    if not plan.groups:
-        raise InputError(str(plan_file), "groups", "the plan places no job: nothing to run")
-    missing = [j for j in plan.jobs if j not in jobs.names]
-    if missing:
-        raise InputError(str(jobs_file), "jobs", f"plan job {missing[0]!r} is not in the jobs file")
-    for gi, group in enumerate(plan.groups):
-        for ji, jp in enumerate(group.jobs):
-            for si, slot in enumerate(jp.phases):
-                for g in slot.gpus:
-                    node, _, _ = g.rpartition(":")
-                    if node not in topo.nodes or g not in topo.node(node).gpu_ids:
-                        raise InputError(str(plan_file), f"groups[{gi}].jobs[{ji}].phases[{si}].gpus",
-                                         f"unknown GPU {g!r} in topology {topo.name!r}")
-    for i, job in enumerate(jobs.jobs):
-        if job.name not in plan.jobs:
-            continue
-        kind = str((job.workload or {}).get("kind", "grpo"))
-        try:
-            workload_factory(kind)
-        except ValueError as exc:
-            raise InputError(str(jobs_file), f"jobs[{i}].workload.kind", str(exc)) from None
-    return plan, topo, jobs
 
 
 def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
