@@ -11,7 +11,11 @@ else); ``DIR/journal.jsonl`` gets one line per event, flushed as it happens:
 - ``{"kind": "replan", ...}``: a replan (time, job, reason, $/h before and after, jobs moved) and
   ``{"kind": "profile", "job", "spec"}``: the job's profile refit from its records for it;
 - ``{"kind": "plan", "t", "reason", "plan"}``: a plan switch took effect (the plan in force from then
-  on; the plan of ``run.json`` until the first).
+  on; the plan of ``run.json`` until the first);
+- ``{"kind": "resume", "completed"}``: a resumed controller starts here. Rows written before it for
+  iterations that had not completed then belong to an attempt that was abandoned (the iteration is
+  re-run from its checkpoint): reading drops them at the marker, so however many times the run
+  crashes and resumes, each phase of each iteration keeps exactly one record.
 
 Checkpoints (``DIR/checkpoints/<job>/train-<k>.pt`` with the consumed sample ids, and
 ``policy-<k>.pt``) and the samples in flight (``DIR/samples/<job>/<k>/shard-<i>.pt``) sit next to it.
@@ -43,6 +47,12 @@ class JournalState:
     replans: list[dict] = field(default_factory=list)
     detections: list[dict] = field(default_factory=list)
     profiles: dict[str, dict] = field(default_factory=dict)  # job -> refit spec (jobs-file form)
+
+    def drop_unfinished(self) -> None:
+        """Forget the records and metrics of iterations not completed (so far): they are re-run."""
+        done = lambda r: int(r["iteration"]) <= self.completed.get(r["job"], -1)  # noqa: E731
+        self.records = [r for r in self.records if done(r)]
+        self.metrics = [r for r in self.metrics if done(r)]
 
 
 class Journal:
@@ -92,9 +102,10 @@ class Journal:
                 state.detections.append(entry["row"])
             elif kind == "profile":
                 state.profiles[entry["job"]] = entry["spec"]
+            elif kind == "resume":
+                state.drop_unfinished()
         # Rows of iterations that did not complete are re-run: keep only completed ones.
-        state.records = [r for r in state.records if int(r["iteration"]) <= state.completed.get(r["job"], -1)]
-        state.metrics = [r for r in state.metrics if int(r["iteration"]) <= state.completed.get(r["job"], -1)]
+        state.drop_unfinished()
         return state
 
     def _write(self, entry: dict) -> None:
@@ -126,6 +137,10 @@ class Journal:
 
     def profile(self, job: str, spec: dict) -> None:
         self._write({"kind": "profile", "job": job, "spec": spec})
+
+    def resumed(self, completed: dict[str, int]) -> None:
+        """Mark the start of a resumed controller (see the module doc)."""
+        self._write({"kind": "resume", "completed": completed})
 
     def close(self) -> None:
         if self._file is not None:

@@ -100,7 +100,9 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
     out = Path(out)
     journal = Journal(out)
     past = journal.read() if resume else JournalState()
-    if not resume:
+    if resume:
+        journal.resumed(past.completed)
+    else:
         journal.start_fresh(inputs or {})
         for old in (out / "plans").glob("switch-*.yaml") if (out / "plans").is_dir() else ():
             old.unlink()

@@ -1,0 +1,57 @@
+"""Exactly-once records across any number of controller crashes: kill -9 the controller at random
+moments several times in one run, ``--resume`` after each, and check that every phase of every
+iteration is recorded once, every sample trained on once (ledgers), one metrics row per iteration."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+
+import pandas as pd
+
+from test_local_run import WEAVE, _alive, check_exactly_once, journal, pytestmark, wait_for, write_inputs  # noqa: F401
+
+
+def completed(out) -> int:
+    return sum(1 for e in journal(out) if e["kind"] == "iteration")
+
+
+def test_three_controller_crashes_at_random_moments_then_resume(tmp_path):
+    rng = random.Random(7)
+    plan, jobs = write_inputs(tmp_path / "in", steps=600, epochs=4, hidden=128)
+    out = tmp_path / "run"
+    n = 12
+    first = [*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots", "--out", str(out)]
+    resume = [*WEAVE, "run", "--resume", str(out), "--no-plots"]
+    crashes = 0
+    for attempt in range(3):
+        proc = subprocess.Popen(first if attempt == 0 else resume, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            before = completed(out)
+            wait_for(lambda: completed(out) >= before + 1, 120, proc)  # this controller got going
+            time.sleep(rng.uniform(0.0, 0.6))  # then a random moment, mid-iteration or between
+            assert proc.poll() is None and completed(out) < 2 * n, "the run ended before the crash"
+            workers = json.loads((out / "workers.json").read_text())
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            crashes += 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        for w in workers:  # the workers follow their controller
+            wait_for(lambda: not _alive(w["pid"]), 10)
+    assert crashes == 3
+    # Each crash left the records of an unfinished iteration in the journal.
+    entries = journal(out)
+    assert sum(1 for e in entries if e["kind"] == "resume") == 2
+    done = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_exactly_once(out, n)
+    frame = pd.read_csv(out / "records.csv")
+    assert len(frame) == 2 * n * 3
+    assert sorted(frame[frame.phase == "sync"].groupby("job").iteration.apply(list).sum()) == \
+        sorted(list(range(n)) * 2)
