@@ -20,6 +20,9 @@ restores the train state of the previous iteration from ``DIR/checkpoints``, so 
 samples are trained on exactly once), a weight sync on all its endpoints (a fresh trainer reads the
 policy checkpoint). The controller only sees a slower phase; other jobs carry on. Choice: not the
 controller's ``node_down`` path, which on the one-node ``local`` topology would restart every job.
+A worker that hangs (SIGSTOP, a wedged interpreter) is alive to its sentinel, so every worker also
+stamps a shared heartbeat (``worker.start_heartbeat``); one silent for ``heartbeat_timeout_s`` is
+killed (event ``worker_hung``), and its death takes the path above.
 
 Plan switches (drift replanning): the controller drains the groups a new plan changes and installs
 the new timetables at their cycle boundary; the backend needs no notice of it. A job that moves
@@ -103,6 +106,7 @@ class _Worker:
     proc: mp.Process
     conn: object  # commands to the worker's main (compute) thread, and every reply
     sync_conn: object  # weight syncs, read by the worker's sync listener
+    beat: object = None  # shared double: the worker's last time.monotonic() stamp
     incarnation: int = 0
     ready: bool = False
     restarts: int = 0
@@ -137,7 +141,7 @@ class LocalBackend:
     def __init__(self, topology: Topology, jobs: JobSet, devices: dict[str, str], root: Path, *, seed: int = 0,
                  threads: int = 1, offsets: dict[str, int] | None = None, clock_start: float = 0.0,
                  pin_cores: bool = True, max_restarts: int = 5, start_timeout_s: float = 180.0,
-                 gpu_jobs: dict[str, set[str]] | None = None):
+                 gpu_jobs: dict[str, set[str]] | None = None, heartbeat_timeout_s: float = 10.0):
         self.topology = topology
         self.specs = {j.name: j for j in jobs.jobs}
         self.devices = dict(devices)  # logical GPU -> device
@@ -148,6 +152,7 @@ class LocalBackend:
         self.pin_cores = pin_cores
         self.max_restarts = max_restarts
         self.start_timeout_s = start_timeout_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self.blocks = {j.name: (j.workload, seed * 1000 + i) for i, j in enumerate(jobs.jobs)}
         self.gpu_jobs = {g: set(js) for g, js in (gpu_jobs or {}).items()}  # built before a worker is ready
         self.synced = {j: self.offsets.get(j, 0) - 1 for j in self.specs}  # real iteration of the last sync
@@ -223,13 +228,14 @@ class LocalBackend:
                            self.pin_cores, tuple(sorted(self.gpu_jobs.get(gpu, ()))))
         parent, child = self.ctx.Pipe()
         sync_child, sync_parent = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child), name=f"weave-worker-{wid}",
+        beat = self.ctx.Value("d", time.monotonic(), lock=False)  # the start counts as a stamp
+        proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child, beat), name=f"weave-worker-{wid}",
                                 daemon=True)
         with worker_env():
             proc.start()
         child.close()
         sync_child.close()
-        return _Worker(wid, gpu, device, proc, parent, sync_parent, incarnation)
+        return _Worker(wid, gpu, device, proc, parent, sync_parent, beat, incarnation)
 
     def _write_workers(self) -> None:
         data = [{"gpu": w.gpu, "device": w.device, "pid": w.proc.pid, "incarnation": w.incarnation}
@@ -304,6 +310,7 @@ class LocalBackend:
         return 1.0
 
     def step(self) -> bool:
+        self._check_heartbeats()
         if self._fire_timers():
             return True
         timeout = self._wait_budget()
@@ -311,6 +318,20 @@ class LocalBackend:
             return False
         self._receive(timeout)
         return True
+
+    def _check_heartbeats(self) -> None:
+        """Kill every worker whose heartbeat is older than the timeout; its sentinel then reports the
+        death and ``_died`` restarts it and re-runs what it was part of."""
+        now = time.monotonic()
+        for w in self.workers:
+            beat = getattr(w, "beat", None)
+            if beat is None or not w.proc.is_alive():
+                continue
+            silent = now - beat.value
+            if silent > self.heartbeat_timeout_s:
+                self.events.append({"t": self.now(), "event": "worker_hung", "gpu": w.gpu, "pid": w.proc.pid,
+                                    "incarnation": w.incarnation, "silent_s": round(silent, 3)})
+                w.proc.kill()
 
     def _receive(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for worker messages and deaths, and handle what came (the

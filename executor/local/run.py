@@ -91,7 +91,7 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
                    devices: dict[str, str], seed: int = 0, threads: int = 1, resume: bool = False,
                    inputs: dict | None = None, progress: Progress | None = None, pin_cores: bool = True,
                    setup: Callable[[Controller, LocalBackend], None] | None = None,
-                   drift: DriftOptions | None = None,
+                   drift: DriftOptions | None = None, heartbeat_timeout_s: float = 10.0,
                    backend_factory: Callable[..., LocalBackend] | None = None) -> LocalResult:
     """Every placed job runs ``iterations`` iterations on real workers; ``resume`` continues from DIR's journal
     (on the plan in force then); ``drift`` detects drift on the measurements and replans (module doc).
@@ -131,7 +131,8 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
         if g not in mapped:
             mapped[g] = pick_device(mapped, sorted(set(devices.values())) or None)
     backend = (backend_factory or LocalBackend)(topology, jobs, mapped, out, seed=seed, threads=threads,
-                           offsets=offsets, clock_start=past.last_t, pin_cores=pin_cores, gpu_jobs=gpu_jobs)
+                           offsets=offsets, clock_start=past.last_t, pin_cores=pin_cores, gpu_jobs=gpu_jobs,
+                           heartbeat_timeout_s=heartbeat_timeout_s)
     backend.on_metric.append(journal.metric)
     try:
         backend.start()

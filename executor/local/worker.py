@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 KEEP_CHECKPOINTS = 3
+HEARTBEAT_S = 0.25  # how often a worker stamps its heartbeat (the controller's timeout is far longer)
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,23 @@ def checkpoint_path(root: Path, job: str, kind: str, k: int) -> Path:
     return root / "checkpoints" / job / f"{kind}-{k}.pt"
 
 
-def main(cfg: WorkerConfig, conn: Connection, sync_conn: Connection) -> None:
+def start_heartbeat(beat) -> None:
+    """Stamp ``beat`` (a shared double) with ``time.monotonic()`` every ``HEARTBEAT_S`` from a thread
+    of its own: a stopped process (SIGSTOP) or one whose interpreter is wedged stops stamping, and the
+    controller kills and restarts it (``LocalBackend._check_heartbeats``)."""
+
+    def stamp() -> None:
+        while True:
+            beat.value = time.monotonic()
+            time.sleep(HEARTBEAT_S)
+
+    threading.Thread(target=stamp, name="heartbeat", daemon=True).start()
+
+
+def main(cfg: WorkerConfig, conn: Connection, sync_conn: Connection, beat=None) -> None:
     """Process entry point (spawned)."""
+    if beat is not None:
+        start_heartbeat(beat)
     import torch
 
     sys.setswitchinterval(0.0005)  # a sync thread must not hold the GIL for 5 ms while a permit waits

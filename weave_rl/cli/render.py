@@ -9,9 +9,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-# Pipes and CI logs get a wide console so tables are not cut to 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Pipes and CI logs get a wide console so tables are not cut to 80 columns. No emoji codes: a
+# ``:1234:`` in an address or a file:line must print as it is.
+console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 
 
 def print_json(data: Any) -> None:

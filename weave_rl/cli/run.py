@@ -48,6 +48,9 @@ def run(
                                           "|EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
                                          help="Seconds of its GPUs the planner charges a replan for moving a job."),
+    heartbeat_timeout: float = typer.Option(10.0, "--heartbeat-timeout", min=0.5,
+                                            help="Kill and restart a worker whose heartbeat is silent this long "
+                                                 "(a hung or stopped process)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
                                                help="Serve Prometheus metrics on 127.0.0.1:PORT during the run."),
 ) -> None:
@@ -127,15 +130,14 @@ def run(
     try:
         result = run_plan(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
                                 threads=threads, resume=resume is not None, inputs=inputs, progress=progress,
-                                setup=setup,
+                                setup=setup, heartbeat_timeout_s=heartbeat_timeout,
                                 drift=DriftOptions(threshold=drift_threshold, migration_cost_s=migration_cost)
                                 if replan else None)
-    except WorkerError as exc:  # a workload bug, not a crash a restart explains: no controller traceback
+    except Exception as exc:  # noqa: BLE001  a workload bug, a library's error: shown verbatim, never markup
         if bar is not None:
             bar.stop()
             bar = None
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        err_console.print(f"the journal in {out} keeps the completed iterations: weave run --resume {out}")
+        _run_failed(exc, out, internal=not isinstance(exc, WorkerError))
         raise typer.Exit(1) from None
     finally:
         if bar is not None:
@@ -153,6 +155,25 @@ def run(
         print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
         return
     _summary(data, result, out)
+
+
+def _run_failed(exc: BaseException, out: Path, *, internal: bool) -> None:
+    """The error as it was raised (workers' and libraries' texts contain ``[...]``: printed as plain
+    text, never as markup) and the way to continue; an unexpected error's traceback goes to a file."""
+    import traceback
+
+    err_console.print("error: ", style="bold red", end="", highlight=False)
+    err_console.print(str(exc) if not internal else f"{type(exc).__name__}: {exc}", markup=False,
+                      highlight=False, soft_wrap=True)
+    if internal:
+        trace = out / "controller-error.txt"
+        try:
+            trace.write_text("".join(traceback.format_exception(exc)))
+            err_console.print(f"traceback: {trace}", markup=False, highlight=False, soft_wrap=True)
+        except OSError:
+            pass
+    err_console.print(f"the journal in {out} keeps the completed iterations: weave run --resume {out}",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
