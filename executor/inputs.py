@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from weave_rl.core.errors import InputError
-from weave_rl.executor.workload import workload_factory
+from weave_rl.executor.workload import OptionError, check_workload
 from weave_rl.planner.plan import Plan, load_plan
 from weave_rl.profiles.jobs import JobSet, load_jobs
 from weave_rl.topology.presets import PRESETS
@@ -40,12 +40,21 @@ def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None) -> t
                     if node not in topo.nodes or g not in topo.node(node).gpu_ids:
                         raise InputError(str(plan_file), f"groups[{gi}].jobs[{ji}].phases[{si}].gpus",
                                          f"unknown GPU {g!r} in topology {topo.name!r}")
+    # The jobs' workloads, checked here in the controller (kind importable, options valid, files
+    # there), so a bad one is one line naming the jobs file and key before any worker starts. The
+    # workers get the checked blocks (relative paths made absolute against the jobs file's folder).
+    base = jobs_file.resolve().parent
+    checked = []
     for i, job in enumerate(jobs.jobs):
         if job.name not in plan.jobs:
+            checked.append(job)
             continue
-        kind = str((job.workload or {}).get("kind", "grpo"))
         try:
-            workload_factory(kind)
+            block = check_workload(job.workload, base)
+        except OptionError as exc:
+            raise InputError(str(jobs_file), f"jobs[{i}].workload.{exc.key}", exc.reason) from None
         except ValueError as exc:
             raise InputError(str(jobs_file), f"jobs[{i}].workload.kind", str(exc)) from None
+        checked.append(job if block == job.workload else job.model_copy(update={"workload": block}))
+    jobs = jobs.model_copy(update={"jobs": tuple(checked)})
     return plan, topo, jobs

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 import torch
@@ -96,6 +97,17 @@ class Workload(ABC):
     def load_policy_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Install synced weights for the rollout role, on device or in the host copy."""
 
+    # -- options, checked in the controller -----------------------------------------------------
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any], base: Path) -> Mapping[str, Any] | None:
+        """Check the job's options in the controller process, before any worker starts.
+
+        Raise ``OptionError(key, reason)`` for a bad option (the user sees one line naming the jobs
+        file and ``jobs[i].workload.<key>``). Return the options the workers get (e.g. a relative path
+        made absolute against ``base``, the jobs file's folder), or None to pass them unchanged.
+        The default accepts every option: a subclass that reads options should override it."""
+        return None
+
     # -- phases: subclasses decorate their implementations with @phase ------------------------------
     def phases(self) -> dict[str, Callable[..., Any]]:
         found: dict[str, Callable[..., Any]] = {}
@@ -117,10 +129,27 @@ _REGISTRY: dict[str, WorkloadFactory] = {}
 # Built-in kinds: the module whose import registers each. Looked up by name, like a plugin, so that
 # this contract stays below the workloads that implement it (no import cycle).
 BUILTIN_KINDS = {"grpo": "weave_rl.executor.rl", "bandit": "weave_rl.executor.local.toy"}
+# Installed packages offer kinds here: ``[project.entry-points."weave.workloads"] my_kind = "pkg.mod:Cls"``.
+ENTRY_POINT_GROUP = "weave.workloads"
+
+
+class OptionError(ValueError):
+    """A bad option of a workload block: ``key`` is its path inside the block (``dataset``,
+    ``reward``), ``reason`` the one-line why. The controller turns it into an ``InputError``
+    naming ``jobs[i].workload.<key>`` before any worker starts."""
+
+    def __init__(self, key: str, reason: str, message: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(message or f"option {key!r}: {reason}")  # what a worker-side error says
 
 
 def register_workload(kind: str) -> Callable[[WorkloadFactory], WorkloadFactory]:
-    """Make a Workload class available under ``workload: {kind: NAME}`` in jobs files."""
+    """Make a Workload class available under ``workload: {kind: NAME}`` in jobs files.
+
+    Registration happens in the process that imports the module: a kind a worker process must
+    build is better named by an import string (``pkg.module:Class``) or an entry point, which every
+    process resolves by itself."""
 
     def add(factory: WorkloadFactory) -> WorkloadFactory:
         _REGISTRY[kind] = factory
@@ -129,24 +158,119 @@ def register_workload(kind: str) -> Callable[[WorkloadFactory], WorkloadFactory]
     return add
 
 
-def workload_factory(kind: str) -> WorkloadFactory:
-    """The factory registered for ``kind``, importing a built-in kind's module on first use.
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
-    Raises ``ValueError`` naming the known kinds, or the reason a built-in kind cannot be loaded."""
-    if kind not in _REGISTRY and kind in BUILTIN_KINDS:
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def workload_class_problem(obj: Any) -> str | None:
+    """Why ``obj`` cannot serve as a workload kind (None when it can): it must be a concrete
+    ``Workload`` subclass registering one rollout, one reward and one train function."""
+    if not (isinstance(obj, type) and issubclass(obj, Workload)):
+        what = type(obj).__name__ if not isinstance(obj, type) else f"class {obj.__qualname__}"
+        return f"is not a weave_rl.Workload subclass (it is a {what})"
+    abstract = sorted(getattr(obj, "__abstractmethods__", ()))
+    if abstract:
+        return f"does not implement {', '.join(abstract)} (abstract methods of Workload)"
+    tags: dict[str, list[str]] = {}
+    for name in dir(obj):
+        tag = getattr(getattr(obj, name, None), PHASE_ATTR, None)
+        if tag is not None:
+            tags.setdefault(tag, []).append(name)
+    for tag, names in sorted(tags.items()):
+        if len(names) > 1:
+            return f"registers two {tag} functions ({', '.join(names)})"
+    missing = {"rollout", "reward", "train"} - set(tags)
+    if missing:
+        return f"registers no {', '.join(sorted(missing))} function (decorate it with @phase)"
+    return None
+
+
+def _load_object(kind: str, target: str, origin: str) -> WorkloadFactory:
+    """The Workload class at ``module:attr`` (attr may be dotted), checked."""
+    module_name, _, attr = target.partition(":")
+    module_name, attr = module_name.strip(), attr.strip()
+    if not module_name or not attr:
+        raise ValueError(f"{origin} {target!r} is not of the form package.module:ClassName")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        hint = (" (is its folder on PYTHONPATH, or its package installed?)"
+                if exc.name and module_name.startswith(exc.name) else "")
+        raise ValueError(f"{origin} {kind!r}: cannot import {module_name!r} ({_one_line(exc)}){hint}") from None
+    except Exception as exc:  # noqa: BLE001  any error of the user's module at import time
+        raise ValueError(f"{origin} {kind!r}: importing {module_name!r} failed ({_one_line(exc)})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{origin} {kind!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    why = workload_class_problem(obj)
+    if why:
+        raise ValueError(f"{origin} {kind!r}: {target} {why}")
+    return obj
+
+
+def workload_factory(kind: str) -> WorkloadFactory:
+    """The factory for ``kind``: a registered name, a built-in kind (its module imported on first
+    use), an import string ``package.module:Class``, or a name of the ``weave.workloads``
+    entry-point group. Every process resolves it by itself (worker processes included).
+
+    Raises ``ValueError`` with the one-line reason (unknown kind, import failure, not a Workload)."""
+    if kind in _REGISTRY:
+        return _REGISTRY[kind]
+    if kind in BUILTIN_KINDS:
         try:
             importlib.import_module(BUILTIN_KINDS[kind])
         except ImportError as exc:
             raise ValueError(f"the built-in {kind} workload is not available ({exc})") from None
+    elif ":" in kind:
+        _REGISTRY[kind] = _load_object(kind, kind, "workload kind")
+    else:
+        points = _entry_points()
+        if kind in points:
+            _REGISTRY[kind] = _load_object(kind, points[kind].value, f"entry point ({ENTRY_POINT_GROUP})")
     if kind not in _REGISTRY:
-        known = ", ".join(sorted(set(_REGISTRY) | set(BUILTIN_KINDS)))
-        raise ValueError(f"unknown workload kind {kind!r} (known: {known})")
+        known = ", ".join(sorted(set(_REGISTRY) | set(BUILTIN_KINDS) | set(_entry_points())))
+        raise ValueError(f"unknown workload kind {kind!r} (known: {known}; or an import string "
+                         "package.module:ClassName)")
     return _REGISTRY[kind]
+
+
+def split_block(block: Mapping[str, Any] | None, default_seed: int = 0) -> tuple[str, int, dict[str, Any]]:
+    """``(kind, seed, options)`` of a job's ``workload`` block (grpo when absent)."""
+    block = dict(block or {})
+    kind = str(block.pop("kind", "grpo"))
+    seed = block.pop("seed", default_seed)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise OptionError("seed", f"must be an integer, got {seed!r}")
+    return kind, seed, block
+
+
+def check_workload(block: Mapping[str, Any] | None, base: Path) -> dict[str, Any] | None:
+    """Check a job's workload block in the controller process, before any worker starts.
+
+    Resolves the kind (``ValueError``: the kind cannot be used), then lets the kind check its options
+    through its ``check_options`` classmethod (``OptionError`` naming the option). Returns the block
+    the workers get: ``kind`` and ``seed`` as given, the options as ``check_options`` returned them
+    (e.g. relative paths made absolute against ``base``, the jobs file's folder)."""
+    kind, _, options = split_block(block)
+    factory = workload_factory(kind)
+    check = getattr(factory, "check_options", None)
+    checked = check(options, base) if check is not None else None
+    if block is None and not checked:  # no block: nothing the workers need changed
+        return None
+    out = {k: v for k, v in dict(block or {}).items() if k in ("kind", "seed")}
+    out.update(options if checked is None else checked)
+    return out
 
 
 def build_workload(job: str, block: Mapping[str, Any] | None, *, default_seed: int = 0) -> Workload:
     """The Workload for a job's ``workload`` block (``{kind: grpo, ...}``; grpo when absent)."""
-    block = dict(block or {})
-    kind = str(block.pop("kind", "grpo"))
-    seed = int(block.pop("seed", default_seed))
-    return workload_factory(kind)(job, block, seed)
+    kind, seed, options = split_block(block, default_seed)
+    return workload_factory(kind)(job, options, seed)

@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from transformers import PreTrainedModel
 
+from weave_rl.executor.rl.data import PromptStream, load_problems
 from weave_rl.executor.rl.loss import clipped_loss, group_advantages
 from weave_rl.executor.rl.model import build_model, build_tokenizer, initial_params
+from weave_rl.executor.rl.checks import check_options
 from weave_rl.executor.rl.options import GRPOOptions
+from weave_rl.executor.rl.rewards import call_reward, load_reward
 from weave_rl.executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, mix_seed, response_id, shard_prompts
 from weave_rl.executor.rl.sampling import left_pad, response_logprobs, sample
-from weave_rl.executor.rl.tasks import Problem, Task, score
+from weave_rl.executor.rl.tasks import Problem, Task
 from weave_rl.executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
 
 ROLES: tuple[Role, ...] = ("rollout", "train")
@@ -61,27 +65,47 @@ def _move_buffers(model: PreTrainedModel, device: torch.device) -> None:
 
 @register_workload("grpo")
 class GRPOWorkload(Workload):
-    """GRPO on a verifiable synthetic task (see ``weave_rl.executor.rl.options.GRPOOptions``)."""
+    """GRPO on a verifiable synthetic task or a prompt dataset (``weave_rl.executor.rl.options.GRPOOptions``)."""
 
     def __init__(self, job: str, options: Mapping[str, Any], seed: int) -> None:
         super().__init__(job, options, seed)
         self.opts = GRPOOptions.from_mapping(self.options)
         if self.opts.threads:
             torch.set_num_threads(self.opts.threads)
-        self.task = Task(self.opts.task, self.opts.digits)
+        self.task: Task | None = None
+        self.stream: PromptStream | None = None
+        if self.opts.dataset:
+            problems = load_problems(self.opts.dataset, self.opts.prompt_field, self.opts.answer_field)
+            self.stream = PromptStream(problems, self.opts.prompts_per_iteration, seed, self.opts.shuffle)
+            self.max_new_tokens = self.opts.max_new_tokens or 64
+        else:
+            self.task = Task(self.opts.task, self.opts.digits)
+            self.max_new_tokens = self.opts.max_new_tokens or self.task.answer_len + 1
+        self.reward_fn = load_reward(self.opts.reward_name)
         self.tokenizer = build_tokenizer(self.opts)
-        self.max_new_tokens = self.opts.max_new_tokens or self.task.answer_len + 1
+        self.chat = (self.opts.chat_template and not self.opts.builtin_model
+                     and bool(getattr(self.tokenizer, "has_chat_template", False)))
         self._slots: dict[Role, _Slot] = {}
         self._layout_cache: dict[Role, dict[str, tuple[torch.Size, torch.dtype]]] = {}
         self._pending: dict[str, torch.Tensor] | None = None  # synced weights before any rollout state
         self.rollout_engine: Any = None  # engine: vllm -> the VLLMRollout, once the rollout role first loads
 
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any], base: Path) -> dict[str, Any]:
+        """In the controller, before any worker starts: see ``weave_rl.executor.rl.checks.check_options``."""
+        return check_options(options, base)
+
     # -- problems ----------------------------------------------------------------------------------
     def problem(self, iteration: int, prompt: int) -> Problem:
         """Prompt ``prompt`` of ``iteration``: depends only on (seed, iteration, prompt index)."""
+        if self.stream is not None:
+            return self.stream.problem(iteration, prompt)
+        assert self.task is not None
         return self.task.problem(mix_seed(self.seed, iteration, prompt, STREAM_PROMPT))
 
     def _prompt_tokens(self, problem: Problem) -> list[int]:
+        if self.chat:  # the template brings its own BOS and turn markers
+            return self.tokenizer.chat_prompt(problem.prompt)  # type: ignore[attr-defined]
         bos = [self.tokenizer.bos_id] if self.tokenizer.bos_id is not None else []
         return bos + self.tokenizer.encode(problem.prompt)
 
@@ -356,10 +380,15 @@ class GRPOWorkload(Workload):
         """
         data = samples.data
         index = data["prompt_index"]
-        answers = {p: self.problem(samples.iteration, p).answer for p in set(index.tolist())}
+        problems = {p: self.problem(samples.iteration, p) for p in set(index.tolist())}
         texts = [self.response_text(data["response_ids"][i], data["response_mask"][i]) for i in range(len(index))]
-        rewards = torch.tensor([score(answers[int(p)], text) for p, text in zip(index.tolist(), texts)],
-                               dtype=torch.float32)
+        name = self.opts.reward_name
+        values = []
+        for i, (p, text) in enumerate(zip(index.tolist(), texts)):
+            pr = problems[int(p)]
+            where = f"response {samples.ids[i] if i < len(samples.ids) else i} of job {self.job}"
+            values.append(call_reward(self.reward_fn, name, pr.prompt, text, pr.answer, where))
+        rewards = torch.tensor(values, dtype=torch.float32)
         sizes = torch.bincount(index) if len(index) else torch.zeros(0, dtype=torch.long)
         if bool((sizes[sizes > 0] != self.opts.group_size).any()):
             raise ValueError(f"grpo workload {self.job}: a prompt's group is split across shards "

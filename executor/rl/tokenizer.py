@@ -7,7 +7,7 @@ symbols gets partial credit by chance, so rewards have signal from the first ite
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 UNKNOWN = "?"  # how a special token reads back inside a response; never part of an answer
 
@@ -53,7 +53,7 @@ class CharTokenizer:
 
 
 class HFTokenizer:
-    """A transformers tokenizer behind the same small interface (used with ``model: smollm2``)."""
+    """A transformers tokenizer behind the same small interface (``model: smollm2`` or a directory)."""
 
     def __init__(self, tok: Any) -> None:
         self.tok = tok
@@ -67,3 +67,16 @@ class HFTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=True)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tok, "chat_template", None))
+
+    def chat_prompt(self, text: str) -> list[int]:
+        """The ids of ``text`` as one user turn in the tokenizer's chat template, ready for the
+        assistant's answer (the template brings its own special tokens)."""
+        out = self.tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                           tokenize=True)
+        if isinstance(out, Mapping) or hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
+            out = out["input_ids"]
+        return [int(i) for i in out]
