@@ -45,6 +45,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -92,6 +93,21 @@ def pick_device(devices: dict[str, str], pool: Sequence[str] | None = None) -> s
         if d in load:
             load[d] += 1
     return min(pool, key=lambda d: (load[d], pool.index(d)))
+
+
+def make_rendezvous(root: Path) -> str:
+    """A fresh FileStore path for the run's torch.distributed groups, in a folder only its owner can
+    enter (comm.py: the rendezvous needs no listener and no shared secret on the wire)."""
+    folder = Path(root) / ".rendezvous"
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return str(folder / f"store-{secrets.token_hex(8)}")
+
+
+def drop_rendezvous(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class WorkerError(RuntimeError):
@@ -174,18 +190,13 @@ class LocalBackend:
         self.permit_latency_by_phase: dict[str, list[float]] = {}
         self.events: list[dict] = []
         self.on_metric: list[Callable[[dict], None]] = []
-        self.store = None
+        self.rendezvous: str | None = None  # FileStore path (comm.Groups)
         self.ctx = mp.get_context("spawn")
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         """Spawn one worker per logical GPU and wait until all are up; the clock starts then."""
-        import datetime
-
-        import torch.distributed as dist
-
-        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                                   timeout=datetime.timedelta(seconds=60))
+        self.rendezvous = make_rendezvous(self.root)
         for wid, gpu in enumerate(sorted(self.devices)):
             self.wid_of[gpu] = wid
             self.workers.append(self._spawn(wid, gpu, self.devices[gpu], 0))
@@ -221,10 +232,10 @@ class LocalBackend:
             if w.proc.is_alive():
                 w.proc.kill()
                 w.proc.join(5)
+        drop_rendezvous(self.rendezvous)
 
     def _spawn(self, wid: int, gpu: str, device: str, incarnation: int) -> _Worker:
-        host, port = "127.0.0.1", self.store.port
-        cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, (host, port), str(self.root), self.blocks,
+        cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, self.rendezvous, str(self.root), self.blocks,
                            self.pin_cores, tuple(sorted(self.gpu_jobs.get(gpu, ()))))
         parent, child = self.ctx.Pipe()
         sync_child, sync_parent = self.ctx.Pipe(duplex=False)

@@ -1,15 +1,20 @@
 """torch.distributed inside the workers: groups on demand, weight packing, the train all-reduce.
 
 There is no global world: every group is its own ``ProcessGroupGloo`` (NCCL for train groups on
-CUDA) over a ``PrefixStore`` of the controller's ``TCPStore``, built by its members the first time
+CUDA) over a ``PrefixStore`` of the run's rendezvous store, built by its members the first time
 they use it and kept for the life of the worker. A group's name carries the incarnation of each
 member, so a restarted worker gets fresh groups and the survivors never wait on a dead peer's.
+
+Security: the rendezvous store is a ``FileStore`` in the run folder (``.rendezvous/``, mode 0700), not
+a TCP listener: only the user who owns the run can read or write its keys, and nothing listens for
+it. Gloo's own pair listeners bind to ``bind_host`` (127.0.0.1 unless the workers span machines).
+Weights cross the channel as raw bytes behind a JSON header: nothing read from it is unpickled.
 """
 
 from __future__ import annotations
 
 import datetime
-import pickle
+import json
 import threading
 
 import torch
@@ -21,9 +26,12 @@ TIMEOUT = datetime.timedelta(seconds=60)  # also bounds a rendezvous with a peer
 
 
 class Groups:
-    def __init__(self, host: str, port: int, device: torch.device):
-        self.store = dist.TCPStore(host, port, is_master=False, timeout=TIMEOUT)
+    def __init__(self, rendezvous: str, bind_host: str, device: torch.device):
+        """``rendezvous``: the FileStore's path; ``bind_host``: the address gloo listens on ("" = this
+        machine's default interface, for workers on several machines)."""
+        self.store = dist.FileStore(rendezvous, -1)
         self.device = device
+        self.bind_host = bind_host
         self.cache: dict[str, object] = {}
         self.lock = threading.Lock()
 
@@ -37,7 +45,11 @@ class Groups:
             opts = dist.ProcessGroupNCCL.Options()
             pg = dist.ProcessGroupNCCL(store, spec.rank, spec.size, opts)
         else:
-            pg = dist.ProcessGroupGloo(store, spec.rank, spec.size, TIMEOUT)
+            opts = dist.ProcessGroupGloo._Options()
+            opts._timeout = TIMEOUT
+            opts._devices = [dist.ProcessGroupGloo.create_device(hostname=self.bind_host) if self.bind_host
+                             else dist.ProcessGroupGloo.create_default_device()]
+            pg = dist.ProcessGroupGloo(store, spec.rank, spec.size, opts)
         with self.lock:
             self.cache[spec.name] = pg
         return pg
@@ -67,14 +79,16 @@ def pack(weights: dict[str, torch.Tensor]) -> tuple[bytes, torch.Tensor]:
     header = [(k, str(weights[k].dtype).removeprefix("torch."), tuple(weights[k].shape)) for k in names]
     parts = [weights[k].detach().contiguous().cpu().reshape(-1).view(torch.uint8) for k in names]
     flat = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
-    return pickle.dumps(header), flat
+    return json.dumps(header).encode(), flat
 
 
 def unpack(header: bytes, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     out = {}
     offset = 0
-    for name, dtype, shape in pickle.loads(header):
-        dt = getattr(torch, dtype)
+    for name, dtype, shape in json.loads(header):
+        dt = getattr(torch, dtype, None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"weight sync header names no torch dtype: {dtype!r}")
         n = int(torch.Size(shape).numel()) * torch.empty((), dtype=dt).element_size()
         out[name] = flat[offset:offset + n].view(dt).reshape(shape).clone()
         offset += n

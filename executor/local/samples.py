@@ -35,7 +35,7 @@ def save_samples(samples: Samples, path: Path) -> None:
 
 
 def load_samples(path: str | Path) -> Samples:
-    d = torch.load(path, weights_only=False)
+    d = torch.load(path, weights_only=True)
     return Samples(d["job"], d["iteration"], d["shard"], d["shards"], d["data"], d["count"], d["tokens"],
                    d["ids"], d["stats"])
 

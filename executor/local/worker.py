@@ -38,11 +38,12 @@ class WorkerConfig:
     gpu: str  # the logical GPU id of the plan
     device: str  # cpu:N | cuda:N
     threads: int
-    store: tuple[str, int]
+    rendezvous: str  # the FileStore of the run's torch.distributed groups (comm.Groups)
     root: str  # the run's output folder (samples, checkpoints)
     jobs: dict[str, tuple[dict | None, int]]  # job -> (workload block, seed)
     pin_core: bool = True
     prebuild: tuple[str, ...] = ()  # jobs this GPU serves: their Workloads are built before Ready (cold start)
+    bind_host: str = "127.0.0.1"  # where gloo listens ("": this machine's default interface)
 
 
 def checkpoint_path(root: Path, job: str, kind: str, k: int) -> Path:
@@ -96,7 +97,7 @@ class Worker:
         self.root = Path(cfg.root)
         kind, _, index = cfg.device.partition(":")
         self.device = torch.device("cuda", int(index or 0)) if kind == "cuda" else torch.device("cpu")
-        self.groups = Groups(cfg.store[0], cfg.store[1], self.device)
+        self.groups = Groups(cfg.rendezvous, cfg.bind_host, self.device)
         self.send_lock = threading.Lock()
         self.build_lock = threading.Lock()
         self.locks: dict[str, threading.RLock] = {j: threading.RLock() for j in cfg.jobs}
@@ -198,7 +199,7 @@ class Worker:
                 self.host[key] = wl.initial_state("train")
                 self.ledger[job] = []
             else:
-                ck = torch.load(checkpoint_path(self.root, job, "train", version), weights_only=False)
+                ck = torch.load(checkpoint_path(self.root, job, "train", version), weights_only=True)
                 self.host[key] = ck["state"]
                 self.ledger[job] = list(ck["ledger"])
             self.version[key] = version
@@ -207,7 +208,7 @@ class Worker:
             self.host[key] = wl.initial_state("rollout")
             self.version.setdefault(key, -1)
         if self.version[key] < version:
-            weights = torch.load(checkpoint_path(self.root, job, "policy", version), weights_only=False)
+            weights = torch.load(checkpoint_path(self.root, job, "policy", version), weights_only=True)
             wl.load_policy_weights(weights)
             self.version[key] = version
 
@@ -313,7 +314,7 @@ class Worker:
                 k, weights = self.latest.get(msg.job, (None, None))
                 if k != msg.iteration:  # a fresh trainer after a crash: the checkpoint has them
                     weights = torch.load(checkpoint_path(self.root, msg.job, "policy", msg.iteration),
-                                         weights_only=False)
+                                         weights_only=True)
             nbytes = 0
             if msg.group.size > 1:
                 pg = self.groups.get(msg.group)

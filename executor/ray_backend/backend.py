@@ -20,13 +20,12 @@ and pipes:
 
 Data plane: unchanged from the local backend (rollout shards and checkpoints in the run folder, which
 must be shared by every node); weights and gradients over torch.distributed gloo between actors
-(``weave_rl.executor.local.comm``), rendezvous on a TCPStore in the driver.
+(``weave_rl.executor.local.comm``), rendezvous on a FileStore in the run folder (no listener).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import secrets
@@ -41,7 +40,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from weave_rl.executor.local import messages as m
-from weave_rl.executor.local.backend import MALLOC_ENV, LocalBackend, WorkerError
+from weave_rl.executor.local.backend import MALLOC_ENV, LocalBackend, WorkerError, drop_rendezvous, make_rendezvous
 from weave_rl.executor.local.worker import WorkerConfig
 from weave_rl.executor.ray_backend.actor import PROBE, RayWorker
 from weave_rl.executor.ray_backend.cluster import NodePlacement, assign_devices, bundle_for
@@ -101,7 +100,7 @@ class RayBackend(LocalBackend):
         self.pending: dict[object, tuple[int, int]] = {}  # outstanding call -> (wid, incarnation)
         self.order: dict[object, int] = {}
         self.driver_node = ""
-        self.store_host = "127.0.0.1"
+        self.bind_host = "127.0.0.1"
         self.token = secrets.token_hex(8)
         self.bundles: dict[str, tuple[object, int, str]] = {}  # GPU -> (placement group, bundle, Ray node)
         self.node_res: dict[str, dict] = {}
@@ -111,8 +110,6 @@ class RayBackend(LocalBackend):
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        import torch.distributed as dist
-
         self.driver_node = ray.get_runtime_context().get_node_id()
         resources = ray.cluster_resources()
         has_gpus = self.has_gpus = resources.get("GPU", 0) > 0
@@ -143,9 +140,10 @@ class RayBackend(LocalBackend):
         for p in self.placements.values():
             p.devices = {g: self.devices[g] for g in p.gpus}
         remote = any(p.ray_node != self.driver_node for p in self.placements.values())
-        self.store_host = ray.util.get_node_ip_address() if remote else "127.0.0.1"
-        self.store = dist.TCPStore(self.store_host, 0, is_master=True, wait_for_workers=False,
-                                   timeout=datetime.timedelta(seconds=60))
+        # The rendezvous is a FileStore in the run folder, which every node shares anyway (checked
+        # by the probe below); gloo listens on loopback unless the actors span machines.
+        self.bind_host = "" if remote else "127.0.0.1"
+        self.rendezvous = make_rendezvous(self.root.resolve())
         (self.root / PROBE).write_text(self.token)
         for wid, gpu in enumerate(sorted(self.devices)):
             self.wid_of[gpu] = wid
@@ -196,15 +194,16 @@ class RayBackend(LocalBackend):
                 pass
         self.pending.clear()
         (self.root / PROBE).unlink(missing_ok=True)
+        drop_rendezvous(self.rendezvous)
 
     def _spawn(self, wid: int, gpu: str, device: str, incarnation: int) -> _ActorRef:
         node = node_of(gpu)
         if gpu not in self.bundles:
             self._late_bundle(gpu)
         pg, index, ray_node = self.bundles[gpu]
-        cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, (self.store_host, self.store.port),
+        cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, self.rendezvous,
                            str(self.root.resolve()), self.blocks, self.pin_cores,
-                           tuple(sorted(self.gpu_jobs.get(gpu, ()))))
+                           tuple(sorted(self.gpu_jobs.get(gpu, ()))), bind_host=self.bind_host)
         env = {**MALLOC_ENV, "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
                "OMP_NUM_THREADS": str(self.threads)}
         actor = RayWorker.options(
@@ -294,7 +293,7 @@ class RayBackend(LocalBackend):
         os.replace(tmp, self.root / "workers.json")
 
     def _write_placement(self) -> None:
-        data = {"strategy": "STRICT_PACK", "driver_node": self.driver_node, "store": self.store_host,
+        data = {"strategy": "STRICT_PACK", "driver_node": self.driver_node, "gloo_bind": self.bind_host or "default interface",
                 "nodes": [{"node": p.node, "placement_group": p.pg.id.hex(), "ray_node": p.ray_node, "ip": p.ip,
                            "bundles": [{"gpu": g, "placement_group": self.bundles[g][0].id.hex(),
                                         "index": self.bundles[g][1], "resources": p.bundles[i],
