@@ -158,3 +158,27 @@ def test_devices_per_ray_node():
                    "n-002:0": "cuda:0", "n-002:1": "cuda:1", "n-003:0": "cpu:0", "n-003:1": "cpu:1",
                    "n-003:2": "cpu:0"}
     assert ps[1].devices == {"n-001:0": "cuda:2", "n-001:1": "cuda:3"}
+
+
+def test_an_address_that_never_lets_us_join_fails_within_the_connect_timeout(tmp_path):
+    """Something listens at the address (the TCP check passes) but it is no Ray head this machine can
+    join: ``ray.init`` would retry for ever; ``weave run`` gives up after --connect-timeout, exit 2."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    threading.Thread(target=lambda: [listener.accept() for _ in range(64)], daemon=True).start()
+    port = listener.getsockname()[1]
+    plan, jobs = write_inputs(tmp_path / "in")
+    started = time.monotonic()
+    proc = subprocess.run([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--backend", "ray", "--address",
+                           f"127.0.0.1:{port}", "--connect-timeout", "4", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - started
+    listener.close()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--address: the Ray cluster at 127.0.0.1:{port} did not let this machine join within 4 s" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert took < 60

@@ -3,7 +3,13 @@
 ``--address``: omitted (or ``local``) starts a private Ray instance on this machine for the run and
 stops it afterwards; ``auto`` joins the cluster a ``ray start`` on this machine belongs to; ``HOST:PORT``
 joins the cluster whose head (GCS) listens there. A bad address is a one-line ``InputError`` (exit 2),
-checked with a plain TCP connect before Ray is asked (``ray.init`` retries for a long time).
+checked with a plain TCP connect before Ray is asked, and ``ray.init`` gets ``connect_timeout_s``
+(30 s) to join: it retries for ever when the head advertises an address this machine cannot reach
+(Ray rewrites a loopback ``--address`` to the host's interface).
+
+Listeners: a private instance's GCS and raylet listen on every interface whatever ``ray.init`` is
+told; Ray's token authentication (on by default since Ray 2.5x) guards them. The run's own channels
+(torch.distributed rendezvous, gloo) stay on loopback (``weave_rl.executor.local.comm``).
 
 Placement: one placement group per topology node the plan uses, one bundle per logical GPU of that
 node (``{"CPU": 1}``, plus ``{"GPU": 1}`` when the cluster has GPUs), strategy ``STRICT_PACK``, so a
@@ -20,6 +26,7 @@ import logging
 import os
 import re
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from weave_rl.core.errors import InputError
@@ -48,7 +55,7 @@ def check_address(address: str | None, *, connect_timeout_s: float = 3.0) -> Non
                          "start one with `ray start --head`") from None
 
 
-def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
+def connect(address: str | None, *, num_cpus: int | None = None, connect_timeout_s: float = 30.0) -> bool:
     """Make sure this process is a Ray driver; True when it started (and so must stop) Ray."""
     import ray
 
@@ -61,7 +68,11 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
         ray.init(address="local", num_cpus=num_cpus, **quiet)
         return True
     try:
-        ray.init(address=address, **quiet)
+        _init_within(connect_timeout_s, address=address, **quiet)
+    except TimeoutError:
+        raise InputError("<command line>", "--address", f"the Ray cluster at {address} did not let this machine "
+                         f"join within {connect_timeout_s:g} s (its head may advertise an address this machine "
+                         "cannot reach; see Ray's log lines above)") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if address == "auto":
@@ -70,6 +81,29 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             reason = f"could not join the Ray cluster at {address}: {first}"
         raise InputError("<command line>", "--address", reason) from None
     return True
+
+
+def _init_within(timeout_s: float, **kwargs) -> None:
+    """``ray.init(**kwargs)``, or ``TimeoutError`` after ``timeout_s`` (the stuck call is left in a
+    daemon thread: the process exits with its error all the same)."""
+    import ray
+
+    outcome: dict[str, BaseException | None] = {}
+
+    def init() -> None:
+        try:
+            ray.init(**kwargs)
+            outcome["error"] = None
+        except BaseException as exc:  # noqa: BLE001  handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=init, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if "error" not in outcome:
+        raise TimeoutError(timeout_s)
+    if outcome["error"] is not None:
+        raise outcome["error"]
 
 
 @dataclass

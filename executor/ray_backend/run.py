@@ -23,7 +23,7 @@ from weave_rl.topology.topology import Topology
 
 def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, iterations: int,
                  address: str | None = None, devices: dict[str, str] | None = None, num_cpus: int | None = None,
-                 start_timeout_s: float = 180.0, **kwargs) -> LocalResult:
+                 start_timeout_s: float = 180.0, connect_timeout_s: float = 30.0, **kwargs) -> LocalResult:
     """Every placed job runs ``iterations`` iterations on Ray actors; the other keyword arguments are
     ``run_plan_local``'s (``seed``, ``threads``, ``resume``, ``inputs``, ``progress``, ``setup``, ``drift``...).
 
@@ -38,7 +38,7 @@ def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, ite
 
     gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    owned = connect(address, num_cpus=num_cpus or max(cores, len(gpus)))
+    owned = connect(address, num_cpus=num_cpus or max(cores, len(gpus)), connect_timeout_s=connect_timeout_s)
 
     def factory(topology_, jobs_, mapped, root, **kw):
         return RayBackend(topology_, jobs_, sorted(mapped), root, devices=devices,
@@ -55,11 +55,11 @@ def run_plan_ray(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, ite
             ray.shutdown()
 
 
-def runner(address: str | None):
+def runner(address: str | None, connect_timeout_s: float = 30.0):
     """``run_plan_local``'s call signature on Ray actors (what ``weave run --backend ray`` calls):
     the local device map is not used, the Ray backend assigns devices per node."""
 
     def run(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, devices=None, **kwargs) -> LocalResult:
-        return run_plan_ray(plan, topology, jobs, out, address=address, **kwargs)
+        return run_plan_ray(plan, topology, jobs, out, address=address, connect_timeout_s=connect_timeout_s, **kwargs)
 
     return run

@@ -22,6 +22,55 @@ MAP_HELP = ("Logical GPU -> device, e.g. train-000:0=cpu:0,rollout-000:0=cpu:1 (
             "unmapped GPUs go round-robin over this machine's devices.")
 
 
+def _saved_inputs(folder: Path) -> dict:
+    """The inputs journaled in ``folder/run.json``, checked (a clear ``InputError`` when it is missing,
+    empty, cut short or garbled; every problem listed)."""
+    import json
+
+    from weave_rl.core.errors import Problems
+    from weave_rl.core.yamlio import read_text_file
+
+    path = folder / "run.json"
+    name = str(path)
+    if folder.exists() and not folder.is_dir():
+        raise InputError("<command line>", "--resume", f"{folder} is a file, not a run folder")
+    if not path.exists():
+        raise InputError(str(folder), "run.json", "not a weave run folder (no run.json to resume from)")
+    text = read_text_file(path, "JSON file")
+    if not text.strip():
+        raise InputError(name, None, "empty (the run was cut off before it started); start it again without --resume")
+    try:
+        saved = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(name, None, f"not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    if not isinstance(saved, dict):
+        raise InputError(name, None, f"expected a JSON object of the run's inputs (got {type(saved).__name__})")
+    problems = Problems(name)
+    for key in ("plan", "jobs", "topology"):
+        if key not in saved:
+            problems.add(key, "required key is missing")
+        elif not isinstance(saved[key], str) or not saved[key]:
+            problems.add(key, f"expected a file name or preset (got {saved[key]!r})")
+    checks = {"iterations": (1, True), "seed": (0, False), "threads": (1, False)}
+    for key, (least, required) in checks.items():
+        if key not in saved:
+            if required:
+                problems.add(key, "required key is missing")
+            continue
+        value = saved[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            problems.add(key, f"expected an integer >= {least} (got {value!r})")
+    for key in ("drift_threshold", "migration_cost"):
+        value = saved.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+            problems.add(key, f"expected a number >= 0 (got {value!r})")
+    for key in ("map", "backend", "address"):
+        if saved.get(key) is not None and not isinstance(saved[key], str):
+            problems.add(key, f"expected a string (got {saved[key]!r})")
+    problems.raise_if_any()
+    return saved
+
+
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
 
@@ -48,6 +97,8 @@ def run(
                                           "|EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
                                          help="Seconds of its GPUs the planner charges a replan for moving a job."),
+    connect_timeout: float = typer.Option(30.0, "--connect-timeout", min=1.0,
+                                          help="--backend ray --address: give up joining the cluster after this long."),
     heartbeat_timeout: float = typer.Option(10.0, "--heartbeat-timeout", min=0.5,
                                             help="Kill and restart a worker whose heartbeat is silent this long "
                                                  "(a hung or stopped process)."),
@@ -56,12 +107,8 @@ def run(
 ) -> None:
     """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR.
     With --backend ray [--address auto|HOST:PORT] the workers are Ray actors."""
-    from weave_rl.executor.local.journal import Journal
-
     if resume is not None:
-        if not (resume / "run.json").exists():
-            raise InputError(str(resume), "run.json", "not a weave run folder (no run.json to resume from)")
-        saved = Journal(resume).inputs()
+        saved = _saved_inputs(resume)
         if out is not None and out.resolve() != resume.resolve():
             raise InputError("<command line>", "--out", "--resume continues in its own folder; leave --out out")
         out = resume
@@ -83,6 +130,9 @@ def run(
         raise InputError("<command line>", "--jobs", "required: the jobs' workloads are what the workers run")
     if out is None:
         raise InputError("<command line>", "--out", "required: the folder for records, checkpoints and the journal")
+    from weave_rl.core.yamlio import check_output_dir
+
+    check_output_dir(out, "--resume" if resume is not None else "--out")
     from weave_rl.executor.ray_backend.cluster import check_backend_options
 
     backend = check_backend_options(backend or "local", address, device_map)
@@ -123,7 +173,7 @@ def run(
     if backend == "ray":
         from weave_rl.executor.ray_backend.run import runner
 
-        run_plan = runner(address)  # run_plan_local's call, on Ray actors
+        run_plan = runner(address, connect_timeout)  # run_plan_local's call, on Ray actors
     else:
         run_plan = run_plan_local
     progress, bar = _progress(not as_json, iterations * len(plan.jobs))
@@ -133,6 +183,8 @@ def run(
                                 setup=setup, heartbeat_timeout_s=heartbeat_timeout,
                                 drift=DriftOptions(threshold=drift_threshold, migration_cost_s=migration_cost)
                                 if replan else None)
+    except InputError:
+        raise  # a user mistake found on the way (e.g. --address): the one-line error, exit 2
     except Exception as exc:  # noqa: BLE001  a workload bug, a library's error: shown verbatim, never markup
         if bar is not None:
             bar.stop()
