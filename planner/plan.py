@@ -20,26 +20,43 @@ Timetable semantics (what the validator in ``planner/check.py`` enforces):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from weave_rl.core.errors import InputError, from_validation_error
-from weave_rl.core.yamlio import dump_yaml, load_yaml_file
+from weave_rl.core.yamlio import dump_yaml, load_yaml_file, write_text_file
 
 PhaseName = Literal["rollout", "train", "sync"]
 POLICIES = ("optimal", "weave", "solo", "colocate")
 
 
+PLAN_VERSION = 1
+_MAX_S = 1e9  # no plan's time reaches 30 years; bounded so that sums of them stay finite
+
+def _number(value: Any) -> Any:
+    if isinstance(value, (bool, str)):
+        raise ValueError("expected a number")
+    return value
+
+
+# Numbers in a plan are finite and neither bools (``start_s: true`` is no time) nor strings.
+_Num = Annotated[float, BeforeValidator(_number)]
+Seconds = Annotated[_Num, Field(ge=0, le=_MAX_S)]
+PosSeconds = Annotated[_Num, Field(gt=0, le=_MAX_S)]
+Number = _Num
+Text = Annotated[str, Field(min_length=1, strict=True)]
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PhaseSlot(_Frozen):
     phase: PhaseName
-    start_s: float = Field(ge=0)
-    duration_s: float = Field(ge=0)
-    gpus: list[str] = Field(min_length=1)
+    start_s: Seconds
+    duration_s: Seconds
+    gpus: list[Text] = Field(min_length=1)
     gpu_type: str | None = None  # filled by the planner; the checker derives it from the topology anyway
 
     @property
@@ -48,10 +65,10 @@ class PhaseSlot(_Frozen):
 
 
 class JobPlan(_Frozen):
-    name: str
-    solo_iteration_s: float = Field(gt=0)
-    iteration_s: float = Field(gt=0)
-    slo: float | None = None
+    name: Text
+    solo_iteration_s: PosSeconds
+    iteration_s: PosSeconds
+    slo: Annotated[_Num, Field(gt=0, le=1e6)] | None = None
     phases: list[PhaseSlot]
 
     def phase(self, name: str) -> PhaseSlot:
@@ -70,20 +87,20 @@ class JobPlan(_Frozen):
 
 
 class GroupPlan(_Frozen):
-    name: str
-    cycle_s: float = Field(gt=0)
-    nodes: list[str] = Field(min_length=1)
+    name: Text
+    cycle_s: PosSeconds
+    nodes: list[Text] = Field(min_length=1)
     jobs: list[JobPlan] = Field(min_length=1)
-    usd_per_hour: float | None = None
+    usd_per_hour: Number | None = None
 
 
 class SolverInfo(_Frozen):
     name: str
     status: str
-    wall_s: float = 0.0
-    gap: float | None = None
-    objective: float | None = None
-    bound: float | None = None
+    wall_s: Number = 0.0
+    gap: Number | None = None
+    objective: Number | None = None
+    bound: Number | None = None
     note: str | None = None
 
 
@@ -93,17 +110,24 @@ class Rejection(_Frozen):
 
 
 class Plan(_Frozen):
-    version: int = 1
-    policy: str
+    version: int = PLAN_VERSION
+    policy: Text
     objective: Literal["cost", "iteration-time"] = "cost"
-    quantile: float | Literal["max"] = 0.95
-    topology: str
-    cost_usd_per_hour: float = Field(ge=0)
-    lower_bound_usd_per_hour: float | None = None
+    quantile: Literal["max"] | Annotated[_Num, Field(gt=0, le=1)] = 0.95
+    topology: Text
+    cost_usd_per_hour: Annotated[_Num, Field(ge=0)]
+    lower_bound_usd_per_hour: Number | None = None
     solver: SolverInfo
     groups: list[GroupPlan] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
     elastic: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _known_version(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value != PLAN_VERSION:
+            raise ValueError(f"unsupported plan version: this weave reads version {PLAN_VERSION}")
+        return value
 
     @property
     def jobs(self) -> dict[str, tuple[GroupPlan, JobPlan]]:
@@ -125,9 +149,7 @@ def plan_to_data(plan: Plan) -> dict:
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(plan_to_data(plan)))
+    write_text_file(path, dump_yaml(plan_to_data(plan)))
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -137,7 +159,8 @@ def load_plan(path: str | Path) -> Plan:
 
 def plan_from_data(data: Any, source: str = "<plan>") -> Plan:
     if not isinstance(data, dict):
-        raise InputError(source, None, "expected a mapping (a Weave plan)")
+        raise InputError(source, None, "expected a mapping (a Weave plan)"
+                         + (" (the file is empty)" if data is None else f" (got {type(data).__name__})"))
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:

@@ -41,7 +41,8 @@ Z95 = NormalDist().inv_cdf(0.95)  # 1.6448536...
 MAX_QUANTILE = 0.9999  # what "max" means for the unbounded normal / lognormal forms
 NORMAL_FLOOR = 1e-3  # the normal form is truncated at this fraction of its mean
 
-PositiveFloat = Annotated[float, Field(gt=0, strict=True)]
+MAX_DURATION_S = 1e8  # about three years: past any phase, far from overflowing products of durations
+PositiveFloat = Annotated[float, Field(gt=0, le=MAX_DURATION_S, strict=True)]
 _FORMS = "a number > 0, {samples: [...]}, {mean: m, std: s} or {p50: a, p95: b, max: c}"
 
 
@@ -76,7 +77,7 @@ class Duration(BaseModel):
     value: PositiveFloat | None = None
     samples: Annotated[tuple[PositiveFloat, ...], Field(min_length=1)] | None = None
     mu: PositiveFloat | None = Field(None, alias="mean")
-    sigma: Annotated[float, Field(ge=0, strict=True)] | None = Field(None, alias="std")
+    sigma: Annotated[float, Field(ge=0, le=MAX_DURATION_S, strict=True)] | None = Field(None, alias="std")
     p50: PositiveFloat | None = None
     p95: PositiveFloat | None = None
     cap: PositiveFloat | None = Field(None, alias="max")
@@ -91,6 +92,8 @@ class Duration(BaseModel):
         if isinstance(raw, (int, float, np.integer, np.floating)):
             if not math.isfinite(raw) or raw <= 0:
                 raise ValueError("duration must be a finite number > 0")
+            if raw > MAX_DURATION_S:
+                raise ValueError(f"duration must be at most {MAX_DURATION_S:g} s")
             return {"value": float(raw)}
         if isinstance(raw, dict):
             if "value" in raw:

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from weave_rl.profiles.jobs import PHASES, JobSet, PhaseSpec, phase_to_data
 from weave_rl.profiles.records import validate_records
 from weave_rl.topology.catalog import GpuType
-from weave_rl.core.errors import InputError
+from weave_rl.core.errors import Problems
 
 KNOWN_PHASES = ("rollout", "train", "reward", "sync")
 
@@ -97,12 +97,26 @@ def _reference_point(phase: PhaseSpec, rows: pd.DataFrame) -> tuple[int, str]:
 def _check_rows(
     frame: pd.DataFrame, jobs: JobSet, file: str, gpu_types: Mapping[str, GpuType] | None
 ) -> None:
+    """Every unknown phase, job and GPU type of the records, each value once with its rows."""
     names = set(jobs.names)
+    found: dict[tuple[str, str], list[int]] = {}
     for row, (job, phase, gpu_type) in enumerate(zip(frame["job"], frame["phase"], frame["gpu_type"])):
         if phase not in KNOWN_PHASES:
-            raise InputError(file, f"row {row}.phase", f"unknown phase {phase!r} (expected {', '.join(KNOWN_PHASES)})")
+            found.setdefault(("phase", phase), []).append(row)
         if job not in names:
-            raise InputError(file, f"row {row}.job", f"job {job!r} is not in the jobs file")
+            found.setdefault(("job", job), []).append(row)
         if gpu_types is not None and phase in PHASES and gpu_type not in gpu_types:
-            known = ", ".join(sorted(gpu_types))
-            raise InputError(file, f"row {row}.gpu_type", f"unknown GPU type {gpu_type!r} (known: {known})")
+            found.setdefault(("gpu_type", gpu_type), []).append(row)
+    problems = Problems(file)
+    for (column, value), rows in found.items():
+        if column == "phase":
+            reason = f"unknown phase {value!r} (expected {', '.join(KNOWN_PHASES)})"
+        elif column == "job":
+            reason = f"job {value!r} is not in the jobs file (jobs: {', '.join(jobs.names) or 'none'})"
+        else:
+            reason = f"unknown GPU type {value!r} (known: {', '.join(sorted(gpu_types or {}))})"
+        if len(rows) > 1:
+            others = ", ".join(map(str, rows[1:10])) + (", ..." if len(rows) > 10 else "")
+            reason += f"; also row{'s' if len(rows) > 2 else ''} {others} ({len(rows)} rows in all)"
+        problems.add(f"row {rows[0]}.{column}", reason)
+    problems.raise_if_any()

@@ -23,17 +23,21 @@ from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from weave_rl.profiles.durations import Duration, _num
+from weave_rl.profiles.durations import MAX_DURATION_S, Duration, _num
 from weave_rl.topology.catalog import BUILTIN_GPU_TYPES, GpuType
-from weave_rl.core.errors import InputError, from_validation_error
-from weave_rl.core.yamlio import dump_yaml, load_yaml_file
+from weave_rl.core.errors import InputError, Problems, validation_problems
+from weave_rl.core.yamlio import dump_yaml, load_yaml_file, write_text_file
 
 PHASES = ("rollout", "train")
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-PosInt = Annotated[int, Field(gt=0, strict=True)]
-PosFloat = Annotated[float, Field(gt=0, strict=True)]
-NonNegFloat = Annotated[float, Field(ge=0, strict=True)]
+# Numbers are strict (``gpus: true`` is no GPU count), finite and bounded far past any real job, so
+# that no product of them overflows downstream.
+MAX_GPUS = 100_000
+PosInt = Annotated[int, Field(gt=0, le=MAX_GPUS, strict=True)]
+PosFloat = Annotated[float, Field(gt=0, le=1e6, strict=True)]
+NonNegFloat = Annotated[float, Field(ge=0, le=1e7, strict=True)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_DURATION_S, strict=True)]
 Name = Annotated[str, Field(min_length=1, strict=True)]
 
 
@@ -43,7 +47,7 @@ class Scaling(BaseModel):
     model_config = _CONFIG
 
     gpus: Annotated[tuple[PosInt, ...], Field(min_length=1)]
-    duration_s: Annotated[tuple[PosFloat, ...], Field(min_length=1)]
+    duration_s: Annotated[tuple[Seconds, ...], Field(min_length=1)]
 
     @model_validator(mode="after")
     def _check(self) -> Scaling:
@@ -141,8 +145,8 @@ class JobSpec(BaseModel):
     bytes_per_param: PosFloat = 2.0
     slo: PosFloat = 2.0  # SLO < 1 is legal here; the planner rejects it
     max_staleness: Literal[0, 1] = 0
-    iterations: PosInt | None = None
-    arrival_s: NonNegFloat = 0.0
+    iterations: Annotated[int, Field(gt=0, le=10**9, strict=True)] | None = None
+    arrival_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S, strict=True)] = 0.0
     rollout: PhaseSpec
     train: PhaseSpec
     # What the real executor runs for this job ({kind: grpo, ...}); the planner ignores it.
@@ -232,36 +236,51 @@ def load_jobs(path: str | Path, gpu_types: Mapping[str, GpuType] = BUILTIN_GPU_T
 
 
 def jobs_from_data(data: Any, file: str, gpu_types: Mapping[str, GpuType] = BUILTIN_GPU_TYPES) -> JobSet:
-    """Check parsed YAML (``{jobs: [...]}``) and build the ``JobSet``."""
+    """Check parsed YAML (``{jobs: [...]}``) and build the ``JobSet``.
+
+    Every problem of the file is gathered (all jobs, all keys; GPU types and repeated names are
+    checked even in a job with other problems) and raised as one ``InputError``.
+    """
     if not isinstance(data, dict):
-        raise InputError(file, None, "expected a mapping with key 'jobs' at the top level")
+        raise InputError(file, None, "expected a mapping with key 'jobs' at the top level"
+                         + (" (the file is empty)" if data is None else f" (got {type(data).__name__})"))
+    problems = Problems(file)
     for key in data:
         if key != "jobs":
-            raise InputError(file, str(key), "unknown key")
+            problems.add(str(key), "unknown key")
     if "jobs" not in data:
-        raise InputError(file, "jobs", "required key is missing")
+        problems.add("jobs", "required key is missing")
+        problems.raise_if_any()
     raw_jobs = data["jobs"]
     if raw_jobs is None:
         raw_jobs = []
     if not isinstance(raw_jobs, list):
-        raise InputError(file, "jobs", "expected a list of jobs")
+        problems.add("jobs", f"expected a list of jobs (got {type(raw_jobs).__name__})")
+        problems.raise_if_any()
     jobs = []
+    names: dict[str, int] = {}
     for i, raw in enumerate(raw_jobs):
         if not isinstance(raw, dict):
-            raise InputError(file, f"jobs[{i}]", "expected a mapping (one job)")
+            problems.add(f"jobs[{i}]", f"expected a mapping (one job), got {type(raw).__name__}")
+            continue
         try:
             jobs.append(JobSpec.model_validate(raw))
         except ValidationError as exc:
-            raise from_validation_error(file, exc, prefix=("jobs", i)) from None
-    problem = _duplicate(jobs)
-    if problem:
-        raise InputError(file, *problem)
-    for i, job in enumerate(jobs):
-        for name in PHASES:
-            phase = job.phase(name)
-            _check_type(file, f"jobs[{i}].{name}.gpu_type", phase.gpu_type, gpu_types)
-            for k, t in enumerate(phase.gpu_types):
-                _check_type(file, f"jobs[{i}].{name}.gpu_types[{k}]", t, gpu_types)
+            problems.extend(validation_problems(file, exc, prefix=("jobs", i)))
+        name = raw.get("name")
+        if isinstance(name, str) and name.strip():
+            if name in names:
+                problems.add(f"jobs[{i}].name", f"duplicate job name {name!r} (also jobs[{names[name]}].name)")
+            names.setdefault(name, i)
+        for phase in PHASES:
+            raw_phase = raw.get(phase)
+            if not isinstance(raw_phase, dict):
+                continue
+            _check_type(problems, f"jobs[{i}].{phase}.gpu_type", raw_phase.get("gpu_type"), gpu_types)
+            options = raw_phase.get("gpu_types")
+            for k, t in enumerate(options if isinstance(options, list) else []):
+                _check_type(problems, f"jobs[{i}].{phase}.gpu_types[{k}]", t, gpu_types)
+    problems.raise_if_any()
     return JobSet(jobs=jobs)
 
 
@@ -271,9 +290,7 @@ def jobs_to_data(jobset: JobSet) -> dict:
 
 
 def save_jobs(jobset: JobSet, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(jobs_to_data(jobset)))
+    write_text_file(path, dump_yaml(jobs_to_data(jobset)))
 
 
 def phase_to_data(phase: PhaseSpec) -> dict:
@@ -321,9 +338,11 @@ def _duplicate(jobs) -> tuple[str, str] | None:
     return None
 
 
-def _check_type(file: str, key: str, name: str, gpu_types: Mapping[str, GpuType]) -> None:
-    if name not in gpu_types:
-        raise InputError(file, key, f"unknown GPU type {name!r} (known: {', '.join(sorted(gpu_types))})")
+def _check_type(problems: Problems, key: str, name: Any, gpu_types: Mapping[str, GpuType]) -> None:
+    """A problem for a GPU type name (a non-empty string; other values are the schema's to report) that
+    the catalog does not know."""
+    if isinstance(name, str) and name and name not in gpu_types:
+        problems.add(key, f"unknown GPU type {name!r} (known: {', '.join(sorted(gpu_types))})")
 
 
 def _gpu(catalog: Mapping[str, GpuType], name: str) -> GpuType:

@@ -113,7 +113,7 @@ def test_warm_switch_time():
     ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": "many"}]}, "clusters[0].nodes",
      "integer"),
     ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 1}],
-      "links": [{"between": ["a", "zz"], "gbps": 10}]}, "links[0].between", "unknown cluster"),
+      "links": [{"between": ["a", "zz"], "gbps": 10}]}, "links[0].between[1]", "unknown cluster"),
     ({"name": "x", "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 1}],
       "gpu_types": {"X1": {"tflops_bf16": -1, "hbm_gb": 1, "hbm_tbps": 1, "usd_per_hour": 1}}},
      "gpu_types.X1.tflops_bf16", "greater than 0"),

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 import networkx as nx
 from pydantic import ValidationError
 
-from weave_rl.core.errors import InputError, from_validation_error
+from weave_rl.core.errors import InputError, Problems, validation_problems
 from weave_rl.core.yamlio import load_yaml_file
 from weave_rl.topology.catalog import BUILTIN_GPU_TYPES, GpuType
 from weave_rl.topology.ids import node_of, switch_of
@@ -62,15 +62,10 @@ class Topology:
 
     # ----- construction -------------------------------------------------------------------
     def _check_references(self) -> None:
-        for i, cluster in enumerate(self.spec.clusters):
-            if cluster.gpu_type not in self.gpu_types:
-                raise InputError(self.source, f"clusters[{i}].gpu_type",
-                                 f"unknown GPU type {cluster.gpu_type!r} (known: {', '.join(sorted(self.gpu_types))})")
-        for i, link in enumerate(self.spec.links):
-            for end in link.between:
-                if end not in self.clusters:
-                    raise InputError(self.source, f"links[{i}].between",
-                                     f"unknown cluster {end!r} (clusters: {', '.join(self.clusters)})")
+        problems = Problems(self.source)
+        for key, reason in _reference_problems(self.spec.model_dump(), self.gpu_types):
+            problems.add(key, reason)
+        problems.raise_if_any()
 
     def _build_graph(self) -> nx.Graph:
         graph = nx.Graph(name=self.name)
@@ -202,12 +197,51 @@ def load_topology(source: str | Path) -> Topology:
 
 def topology_from_data(data: object, source: str = "<topology>") -> Topology:
     if not isinstance(data, Mapping):
-        raise InputError(source, None, "expected a mapping with keys name, clusters, links")
+        raise InputError(source, None, "expected a mapping with keys name, clusters, links"
+                         + (" (the file is empty)" if data is None else f" (got {type(data).__name__})"))
     try:
         spec = TopologySpec.model_validate(data)
     except ValidationError as exc:
-        raise from_validation_error(source, exc) from None
+        # Every problem of the file: the schema's, and the references that can still be checked.
+        problems = Problems(source)
+        problems.extend(validation_problems(source, exc))
+        raw_types = data.get("gpu_types")
+        known = {**BUILTIN_GPU_TYPES, **(raw_types if isinstance(raw_types, Mapping) else {})}
+        for key, reason in _reference_problems(data, known):
+            problems.add(key, reason)
+        problems.raise_if_any()
+        raise
     return Topology(spec, source=source)
+
+
+def _reference_problems(data: Mapping, gpu_types: Mapping) -> list[tuple[str, str]]:
+    """(key, reason) for unknown GPU types, repeated cluster names and links to unknown clusters, read
+    from the raw (possibly otherwise invalid) topology data."""
+    out: list[tuple[str, str]] = []
+    clusters = data.get("clusters")
+    clusters = clusters if isinstance(clusters, list) else []
+    names: dict[str, int] = {}
+    for i, cluster in enumerate(clusters):
+        if not isinstance(cluster, Mapping):
+            continue
+        gpu_type = cluster.get("gpu_type")
+        if isinstance(gpu_type, str) and gpu_type and gpu_type not in gpu_types:
+            out.append((f"clusters[{i}].gpu_type",
+                        f"unknown GPU type {gpu_type!r} (known: {', '.join(sorted(map(str, gpu_types)))})"))
+        name = cluster.get("name")
+        if isinstance(name, str):
+            if name in names:
+                out.append((f"clusters[{i}].name", f"duplicate cluster name {name!r} (also clusters[{names[name]}])"))
+            names.setdefault(name, i)
+    links = data.get("links")
+    for i, link in enumerate(links if isinstance(links, list) else []):
+        between = link.get("between") if isinstance(link, Mapping) else None
+        if not isinstance(between, (list, tuple)):
+            continue
+        for k, end in enumerate(between):
+            if isinstance(end, str) and names and end not in names:
+                out.append((f"links[{i}].between[{k}]", f"unknown cluster {end!r} (clusters: {', '.join(names)})"))
+    return out
 
 
 def topology_to_data(topology: Topology) -> dict:

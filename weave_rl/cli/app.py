@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -10,6 +11,7 @@ import typer
 
 from weave_rl import __version__
 from weave_rl.core.errors import InputError
+from weave_rl.core.yamlio import check_output_dir, check_output_file
 from weave_rl.cli.render import console, err_console, print_json, table
 
 app = typer.Typer(help="Weave: co-scheduling plans for disaggregated RL post-training.",
@@ -116,8 +118,8 @@ def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH |
 
     if family not in FAMILIES:
         raise InputError("<command line>", "FAMILY", f"unknown family {family!r} (families: {', '.join(FAMILIES)})")
+    check_output_file(out, "--out")
     jobs = generate(family, count, seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
     save_jobs(jobs, out)
     console.print(f"wrote {len(jobs.jobs)} {family} jobs (seed {seed}) to {out}")
 
@@ -126,16 +128,30 @@ def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH |
 @profile_app.command("fit")
 def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Measured records, CSV or parquet."),
                 jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML to update."),
-                out: Path = typer.Option(..., "-o", "--out", help="Updated jobs YAML to write.")) -> None:
+                out: Path = typer.Option(..., "-o", "--out", help="Updated jobs YAML to write."),
+                topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology whose GPU types the "
+                                                       "records may name (default: the built-in catalog).")) -> None:
     """Refit job profiles from measured records (DESIGN 3.4)."""
+    from weave_rl.core.errors import Problems
     from weave_rl.profiles.fit import fit_jobs
     from weave_rl.profiles.jobs import load_jobs, save_jobs
     from weave_rl.profiles.records import read_records
+    from weave_rl.topology.catalog import BUILTIN_GPU_TYPES
 
-    jobs = load_jobs(jobs_file)
-    frame = read_records(records)
-    fitted = fit_jobs(frame, jobs, records_file=str(records))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_output_file(out, "--out")
+    catalog = BUILTIN_GPU_TYPES
+    if topology:
+        from weave_rl.topology.topology import load_topology
+
+        catalog = load_topology(topology).gpu_types
+    problems = Problems(str(jobs_file))  # both inputs' problems at once
+    jobs = frame = None
+    with problems.collect():
+        jobs = load_jobs(jobs_file, catalog)
+    with problems.collect():
+        frame = read_records(records)
+    problems.raise_if_any()
+    fitted = fit_jobs(frame, jobs, records_file=str(records), gpu_types=catalog)
     save_jobs(fitted, out)
     console.print(f"fitted {len(frame)} records onto {len(fitted.jobs)} jobs; wrote {out}")
 
@@ -199,6 +215,8 @@ def plan(ctx: typer.Context,
     if solver not in SOLVERS:
         raise InputError("<command line>", "--solver", f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
     q = _parse_quantile(quantile)
+    if out is not None:
+        check_output_file(out, "--out")
     topo = load_topology(topology)
     jobs = load_jobs(jobs_file, topo.gpu_types)
     previous = load_plan(start) if start is not None else None
@@ -262,6 +280,8 @@ def plan_admit(plan_file: Path = PLAN_ARGUMENT,
                max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
                as_json: bool = JSON_OPTION) -> None:
     """Place one arriving job without moving the others (exit 3 when it is rejected)."""
+    if out is not None:
+        check_output_file(out, "--out")
     online, topo, jobs = _online(plan_file, topology, jobs_file, max_group_size)
     if job not in jobs.names:
         raise InputError(str(jobs_file), "jobs", f"no job named {job!r}")
@@ -283,6 +303,8 @@ def plan_release(plan_file: Path = PLAN_ARGUMENT,
                  out: Optional[Path] = NEXT_PLAN,
                  as_json: bool = JSON_OPTION) -> None:
     """Free a finished job's share of its group (and the nodes nobody else uses)."""
+    if out is not None:
+        check_output_file(out, "--out")
     online, topo, jobs = _online(plan_file, topology, jobs_file)
     if job not in online.plan.jobs and not any(r.name == job for r in online.rejected):
         raise InputError(str(plan_file), "groups", f"job {job!r} is not in the plan")
@@ -303,6 +325,8 @@ def plan_replan(plan_file: Path = PLAN_ARGUMENT,
                 threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
                 as_json: bool = JSON_OPTION) -> None:
     """Re-optimize a running plan for new profiles; a job moves only when it pays its migration."""
+    if out is not None:
+        check_output_file(out, "--out")
     online, topo, jobs = _online(plan_file, topology, jobs_file)
     with err_console.status("replanning..."):
         result = online.replan(jobs, migration_cost_s=migration_cost, time_limit_s=time_limit, threads=threads)
@@ -352,6 +376,9 @@ def plan_show(plan_file: Path = PLAN_ARGUMENT,
 
     if by not in ("node", "gpu"):
         raise InputError("<command line>", "--by", f"expected node or gpu, got {by!r}")
+    for path, option in ((png, "--png"), (html, "--html")):
+        if path is not None:
+            check_output_file(path, option)
     the_plan = load_plan(plan_file)
     topo = None
     if topology:
@@ -408,12 +435,24 @@ def _parse_quantile(text: str) -> float | str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: user mistakes print one line and exit 2; usage errors keep the parser's exit 2."""
+    """Entry point: user mistakes print their problems (one per line) and exit 2; usage errors keep the
+    parser's exit 2. A file that cannot be read or written (a full disk, a directory in the way) prints
+    the OS's reason and exits 2 as well; ``WEAVE_DEBUG=1`` shows the traceback instead."""
+    from rich.markup import escape
+
     try:
         app(args=argv, prog_name="weave", standalone_mode=True)
     except InputError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # Escaped: a key like ``gpu_types[H20]`` or a value in brackets is text, not rich markup.
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
+    except OSError as exc:
+        if os.environ.get("WEAVE_DEBUG"):
+            raise
+        from weave_rl.core.yamlio import describe_os_error
+
+        err_console.print(f"[bold red]error:[/] {escape(describe_os_error(exc))}", highlight=False, soft_wrap=True)
+        return 2
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

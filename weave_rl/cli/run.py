@@ -97,6 +97,8 @@ def run(
                                           "|EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
                                          help="Seconds of its GPUs the planner charges a replan for moving a job."),
+    no_check: bool = typer.Option(False, "--no-check", help="Run a plan that fails the plan checker (experts; "
+                                  "the run record says so)."),
     connect_timeout: float = typer.Option(30.0, "--connect-timeout", min=1.0,
                                           help="--backend ray --address: give up joining the cluster after this long."),
     heartbeat_timeout: float = typer.Option(10.0, "--heartbeat-timeout", min=0.5,
@@ -124,6 +126,7 @@ def run(
         replan = bool(saved.get("replan", False))
         drift_threshold = float(saved.get("drift_threshold", drift_threshold))
         migration_cost = float(saved.get("migration_cost", migration_cost))
+        no_check = no_check or bool(saved.get("no_check", False))
     if plan_file is None:
         raise InputError("<command line>", "PLAN", "required (or --resume DIR)")
     if jobs_file is None:
@@ -138,7 +141,7 @@ def run(
     backend = check_backend_options(backend or "local", address, device_map)
     from weave_rl.executor.inputs import load_run_inputs
 
-    plan, topo, jobs = load_run_inputs(plan_file, jobs_file, topology)
+    plan, topo, jobs = load_run_inputs(plan_file, jobs_file, topology, check=not no_check)
     from weave_rl.executor.local.devices import map_devices
 
     gpus = sorted({g for grp in plan.groups for jp in grp.jobs for s in jp.phases for g in s.gpus})
@@ -157,7 +160,7 @@ def run(
         inputs = {"plan": str((out / "plan.yaml").resolve()), "jobs": str((out / "jobs.yaml").resolve()),
                   "topology": topo_ref, "iterations": iterations, "map": device_map, "seed": seed,
                   "threads": threads, "replan": replan, "drift_threshold": drift_threshold,
-                  "migration_cost": migration_cost}
+                  "migration_cost": migration_cost, "no_check": no_check}
     if inputs is not None:
         inputs.update({"backend": backend, "address": address})
     from weave_rl.executor.local.backend import WorkerError
@@ -202,7 +205,7 @@ def run(
     data = write_run_outputs(out, result, plots=not no_plots, inputs={
         "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
         "map": devices, "seed": seed, "resumed": result.resumed, "replan": replan,
-        "drift_threshold": drift_threshold if replan else None})
+        "drift_threshold": drift_threshold if replan else None, "plan_checked": not no_check})
     if as_json:
         print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
         return

@@ -41,6 +41,7 @@ def simulate(
                                                 help="Trace: re-optimize all live jobs every this many seconds."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0, help="Seconds a moved job pauses."),
     static: bool = typer.Option(False, "--static", help="Ignore the plan's elastic rules (no migration, lending)."),
+    no_check: bool = typer.Option(False, "--no-check", help="Simulate a plan that fails the plan checker (experts)."),
     no_link_sharing: bool = typer.Option(False, "--no-link-sharing", help="Syncs do not share link bandwidth."),
     link_policy: str = typer.Option("deadline", "--link-policy",
                                     help="How syncs share a link: deadline (the controller serves the least SLO "
@@ -75,6 +76,9 @@ def simulate(
         raise InputError("<command line>", "--quantile", str(exc)) from None
     if jobs_file is None:
         raise InputError("<command line>", "--jobs", "required: the jobs' profiles are what the simulator samples")
+    from weave_rl.core.yamlio import check_output_dir
+
+    check_output_dir(out, "--out")
     plan = load_plan(plan_file) if plan_file is not None else None
     if plan is not None and trace:
         raise InputError("<command line>", "--trace", "a trace plans its own arrivals: give --topology, not a PLAN")
@@ -89,14 +93,21 @@ def simulate(
     if plan is not None:
         if plan.topology != topo.name:
             raise InputError(str(plan_file), "topology", f"plan is for {plan.topology!r}, topology is {topo.name!r}")
-        missing = [j for j in plan.jobs if j not in jobs.names]
-        if missing:
-            raise InputError(str(jobs_file), "jobs", f"plan job {missing[0]!r} is not in the jobs file")
-        for group in plan.groups:
-            for node in group.nodes:
+        from weave_rl.core.errors import Problems
+
+        problems = Problems(str(plan_file))
+        for name in plan.jobs:
+            if name not in jobs.names:
+                problems.add("jobs", f"plan job {name!r} is not in the jobs file", file=str(jobs_file))
+        for gi, group in enumerate(plan.groups):
+            for ni, node in enumerate(group.nodes):
                 if node not in topo.nodes:
-                    raise InputError(str(plan_file), f"groups.{group.name}.nodes",
-                                     f"unknown node {node!r} in topology {topo.name!r}")
+                    problems.add(f"groups[{gi}].nodes[{ni}]", f"unknown node {node!r} in topology {topo.name!r}")
+        problems.raise_if_any()
+        if not no_check:
+            from weave_rl.planner.check import require_valid
+
+            require_valid(plan, topo, jobs, str(plan_file))
     faults = parse_faults(fail, topo)
     spec = parse_drift(drift, jobs)
     solo_model = PlanningModel(topo, jobs, 0.5)
