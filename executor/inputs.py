@@ -9,14 +9,17 @@ from pathlib import Path
 
 from weave_rl.core.errors import InputError
 from weave_rl.executor.workload import OptionError, check_workload
+from weave_rl.planner.check import require_valid
 from weave_rl.planner.plan import Plan, load_plan
 from weave_rl.profiles.jobs import JobSet, load_jobs
 from weave_rl.topology.presets import PRESETS
 from weave_rl.topology.topology import Topology, load_topology
 
 
-def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None) -> tuple[Plan, Topology, JobSet]:
-    """Plan, topology and jobs, checked against each other (``InputError`` naming file and key)."""
+def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None, *,
+                    check: bool = True) -> tuple[Plan, Topology, JobSet]:
+    """Plan, topology and jobs, checked against each other (``InputError`` naming file and key); with
+    ``check`` the plan must also pass the independent plan checker (overlaps, chains, SLOs, memory)."""
     plan = load_plan(plan_file)
     if topology is None:
         if plan.topology not in PRESETS:
@@ -57,4 +60,6 @@ def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None) -> t
             raise InputError(str(jobs_file), f"jobs[{i}].workload.kind", str(exc)) from None
         checked.append(job if block == job.workload else job.model_copy(update={"workload": block}))
     jobs = jobs.model_copy(update={"jobs": tuple(checked)})
+    if check:
+        require_valid(plan, topo, jobs, str(plan_file))
     return plan, topo, jobs

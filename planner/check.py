@@ -37,6 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
+from weave_rl.core.errors import InputError
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan
 from weave_rl.profiles.jobs import JobSet, JobSpec
@@ -69,6 +70,15 @@ def assert_valid(plan: Plan, topology: Topology, jobs: JobSet, *, tol: float = 1
 
 def check_plan(plan: Plan, topology: Topology, jobs: JobSet, *, tol: float = 1e-6) -> list[Violation]:
     return _Checker(plan, topology, jobs, tol).run()
+
+
+def require_valid(plan: Plan, topology: Topology, jobs: JobSet, plan_file: str) -> None:
+    """``InputError`` listing every violation of a plan about to be executed (``--no-check`` skips it)."""
+    violations = check_plan(plan, topology, jobs)
+    if violations:
+        raise InputError(plan_file, "groups", f"the plan fails the checker ({len(violations)} violation"
+                         f"{'s' if len(violations) > 1 else ''}; --no-check runs it anyway):\n"
+                         + format_violations(violations))
 
 
 # ----- helpers -------------------------------------------------------------------------------------
