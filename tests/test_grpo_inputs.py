@@ -246,3 +246,29 @@ def test_load_run_inputs_reports_bad_grpo_option_before_workers(tmp_path):
     _, _, loaded = load_run_inputs(plan, jobs, None)
     assert loaded["A"].workload["dataset"] == str(tmp_path / "in" / "data.jsonl")  # what the workers get
     assert loaded["B"].workload is None
+
+
+def test_failing_reward_stops_the_run_with_the_reason(tmp_path):
+    """weave run with an imported reward returning a dict: the first rollout fails, the run exits 1
+    with the reward's name, the response and the prompt in its error, and writes no metrics."""
+    import os
+    import subprocess
+
+    from tests.test_local_run import WEAVE, write_inputs
+
+    plan, jobs = write_inputs(tmp_path / "in", grpo=True)
+    write_jsonl(tmp_path / "in" / "data.jsonl")
+    (tmp_path / "bad_reward.py").write_text("def score(prompt, response, answer):\n    return {'r': 1}\n")
+    block = ("    workload: {kind: grpo, dataset: data.jsonl, prompt_field: question, answer_field: solution, "
+             "reward: 'bad_reward:score', prompts_per_iteration: 2, group_size: 2, max_new_tokens: 4}\n")
+    text = jobs.read_text()
+    first_b = text.index("  - name: B")
+    jobs.write_text(text[:first_b] + block + text[first_b:] + block)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", "2", "--out",
+                           str(tmp_path / "run"), "--no-plots"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rollout of A iteration 0 failed" in proc.stderr or "rollout of B iteration 0 failed" in proc.stderr
+    assert ("RewardError: reward bad_reward:score returned {'r': 1} (dict), not a finite number, on response "
+            in proc.stderr), proc.stderr[-3000:]
+    assert not (tmp_path / "run" / "job_metrics.csv").exists()

@@ -1,0 +1,128 @@
+"""The example of a user's own job (``examples/custom_job``), end to end as a user runs it: ``weave
+plan`` on its jobs file, ``weave run`` on the local backend with the example folder on PYTHONPATH
+(every worker imports ``digit_policy`` itself), then ``weave profile fit`` on the records; and its
+bad inputs as one line, exit 2, before any worker starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from tests.test_local_run import WEAVE, check_exactly_once  # noqa: F401  (the helpers of the local run tests)
+from weave_rl.cli.app import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_job"
+JOBS = ("digits-a", "digits-b")
+PER_ITERATION = 16 * 8  # batch x group in jobs.yaml
+N = 12
+
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not torch.cuda.is_available(),
+                                reason="the local topology needs two devices")
+
+
+def weave(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), os.environ.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep)}
+    return subprocess.run([*WEAVE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_example_job_plans_runs_and_fits(tmp_path):
+    jobs = EXAMPLE / "jobs.yaml"
+    planned = weave("plan", "--topology", "local", "--jobs", str(jobs), "--time-limit", "5", "-o", "plan.yaml",
+                    cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    ran = weave("run", "plan.yaml", "--jobs", str(jobs), "--iterations", str(N), "--out", "run", "--no-plots",
+                "--no-replan", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    out = tmp_path / "run"
+
+    # Records: every phase of every iteration once, with the example's token counts.
+    frame = pd.read_parquet(out / "records.parquet")
+    counts = frame.groupby(["job", "iteration", "phase"]).size()
+    assert len(counts) == 2 * N * 3 and (counts == 1).all()
+    assert (frame[frame.phase == "rollout"].tokens == PER_ITERATION).all()
+    assert (frame.duration_s > 0).all()
+
+    # Ledgers: each job's last train checkpoint consumed exactly the ids its rollouts produced.
+    dataset = [(r["prompt"], r["answer"]) for r in rows_of(EXAMPLE / "prompts.jsonl")]
+    for job in JOBS:
+        ck = torch.load(out / "checkpoints" / job / f"train-{N - 1}.pt", weights_only=False)
+        assert sorted(ck["ledger"]) == sorted(f"{job}/{k}/0/{i}" for k in range(N) for i in range(PER_ITERATION))
+        # Rewards, checked by hand on a saved shard: 1 exactly when the pick is the prompt's largest digit.
+        shard = torch.load(out / "samples" / job / str(N - 1) / "shard-0.pt", weights_only=True)
+        d = shard["data"]
+        assert torch.equal(d["reward"], (d["action"] == d["answer"]).float())
+        answers = {max(map(int, p)) for p, _ in dataset}
+        assert set(d["answer"].tolist()) <= answers and all(a == max(map(int, p)) for p, a in dataset)
+    metrics = pd.read_csv(out / "job_metrics.csv")
+    assert sorted(zip(metrics.job, metrics.iteration)) == [(j, k) for j in JOBS for k in range(N)]
+    assert (metrics.ledger == (metrics.iteration + 1) * PER_ITERATION).all()
+    assert (metrics.ledger_unique == metrics.ledger).all()
+    for job in JOBS:  # the policy learns: later iterations earn more than the first ones
+        r = metrics[metrics.job == job].sort_values("iteration").reward_mean.to_numpy()
+        assert r[-4:].mean() > r[:4].mean() + 0.1, r
+
+    # weave profile fit on those records: the measured phase times replace the guesses of jobs.yaml.
+    fitted = weave("profile", "fit", "run/records.parquet", "--jobs", str(jobs), "-o", "fitted.yaml", cwd=tmp_path)
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    from weave_rl.profiles.jobs import load_jobs
+
+    spec = load_jobs(tmp_path / "fitted.yaml")
+    for job in JOBS:
+        for phase in ("rollout", "train"):
+            measured = frame[(frame.job == job) & (frame.phase == phase)].duration_s
+            assert getattr(spec[job], phase).duration_s.quantile(0.5) == pytest.approx(measured.median(), rel=1e-6)
+        assert spec[job].workload["kind"] == "digit_policy:LargestDigit"  # the job stays the user's
+
+
+@pytest.fixture
+def forget_example():
+    """The example module imported in this process is forgotten after the test (as in a fresh one)."""
+    import sys
+
+    from weave_rl.executor import workload
+
+    yield
+    workload._REGISTRY.pop("digit_policy:LargestDigit", None)
+    sys.modules.pop("digit_policy", None)
+
+
+@pytest.mark.parametrize("change, on_path, needle", [
+    ("batch", True, "jobs.yaml: jobs[0].workload.batch: must be a positive integer, got 0"),
+    ("dataset", True, "jobs.yaml: jobs[0].workload.dataset: "),
+    (None, False, "jobs.yaml: jobs[0].workload.kind: workload kind 'digit_policy:LargestDigit': cannot import "
+                  "'digit_policy' (ModuleNotFoundError: No module named 'digit_policy') (is its folder on "
+                  "PYTHONPATH, or its package installed?)"),
+])
+def test_example_bad_inputs_one_line(tmp_path, capsys, monkeypatch, forget_example, change, on_path, needle):
+    from tests.test_local_run import PLAN
+    from weave_rl.topology.topology import load_topology
+
+    gpu_type = load_topology("local").gpu_type_of("local-000:0")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.replace("GT", gpu_type).replace("name: A", "name: digits-a").replace("name: B", "name: digits-b"))
+    text = (EXAMPLE / "jobs.yaml").read_text().replace("dataset: prompts.jsonl",
+                                                      f"dataset: {EXAMPLE / 'prompts.jsonl'}")
+    if change == "batch":
+        text = text.replace("batch: 16", "batch: 0", 1)
+    elif change == "dataset":
+        text = text.replace(str(EXAMPLE / "prompts.jsonl"), "nowhere.jsonl", 1)
+        needle += f"{tmp_path / 'nowhere.jsonl'}: file not found"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(text)
+    if on_path:
+        monkeypatch.syspath_prepend(str(EXAMPLE))
+    assert main(["run", str(plan), "--jobs", str(jobs), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not any((tmp_path / "run" / name).exists() for name in ("run.json", "workers.json"))  # nothing started
