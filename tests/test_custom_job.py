@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.test_local_run import WEAVE, check_exactly_once  # noqa: F401  (the helpers of the local run tests)
+from tests.test_local_run import WEAVE  # how the local run tests start weave
 from weave_rl.cli.app import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_job"
@@ -36,12 +36,19 @@ def rows_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_example_job_plans_runs_and_fits(tmp_path):
-    jobs = EXAMPLE / "jobs.yaml"
-    planned = weave("plan", "--topology", "local", "--jobs", str(jobs), "--time-limit", "5", "-o", "plan.yaml",
-                    cwd=tmp_path)
+@pytest.fixture(scope="module")
+def example_plan(tmp_path_factory) -> Path:
+    """``weave plan`` on the example's jobs file, as its README says (once for this module)."""
+    folder = tmp_path_factory.mktemp("plan")
+    planned = weave("plan", "--topology", "local", "--jobs", str(EXAMPLE / "jobs.yaml"), "--time-limit", "5",
+                    "-o", "plan.yaml", cwd=folder)
     assert planned.returncode == 0, planned.stderr[-3000:]
-    ran = weave("run", "plan.yaml", "--jobs", str(jobs), "--iterations", str(N), "--out", "run", "--no-plots",
+    return folder / "plan.yaml"
+
+
+def test_example_job_plans_runs_and_fits(tmp_path, example_plan):
+    jobs = EXAMPLE / "jobs.yaml"
+    ran = weave("run", str(example_plan), "--jobs", str(jobs), "--iterations", str(N), "--out", "run", "--no-plots",
                 "--no-replan", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-3000:]
     out = tmp_path / "run"
@@ -85,6 +92,31 @@ def test_example_job_plans_runs_and_fits(tmp_path):
         assert spec[job].workload["kind"] == "digit_policy:LargestDigit"  # the job stays the user's
 
 
+def hand_plan(folder: Path) -> Path:
+    """The two-job round-robin plan of the local run tests, for the example's job names."""
+    from tests.test_local_run import PLAN
+    from weave_rl.topology.topology import load_topology
+
+    gpu_type = load_topology("local").gpu_type_of("local-000:0")
+    plan = folder / "plan.yaml"
+    plan.write_text(PLAN.replace("GT", gpu_type).replace("name: A", "name: digits-a").replace("name: B", "name: digits-b"))
+    return plan
+
+
+def test_example_job_on_ray_actors(tmp_path, example_plan):
+    """The Ray actors import the user's module themselves too (PYTHONPATH reaches them)."""
+    pytest.importorskip("ray")
+    n = 3
+    ran = weave("run", str(example_plan), "--jobs", str(EXAMPLE / "jobs.yaml"), "--iterations", str(n), "--out", "run",
+                "--no-plots", "--no-replan", "--backend", "ray", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    metrics = pd.read_csv(tmp_path / "run" / "job_metrics.csv")
+    assert sorted(zip(metrics.job, metrics.iteration)) == [(j, k) for j in JOBS for k in range(n)]
+    for job in JOBS:
+        ck = torch.load(tmp_path / "run" / "checkpoints" / job / f"train-{n - 1}.pt", weights_only=False)
+        assert sorted(ck["ledger"]) == sorted(f"{job}/{k}/0/{i}" for k in range(n) for i in range(PER_ITERATION))
+
+
 @pytest.fixture
 def forget_example():
     """The example module imported in this process is forgotten after the test (as in a fresh one)."""
@@ -105,12 +137,7 @@ def forget_example():
                   "PYTHONPATH, or its package installed?)"),
 ])
 def test_example_bad_inputs_one_line(tmp_path, capsys, monkeypatch, forget_example, change, on_path, needle):
-    from tests.test_local_run import PLAN
-    from weave_rl.topology.topology import load_topology
-
-    gpu_type = load_topology("local").gpu_type_of("local-000:0")
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN.replace("GT", gpu_type).replace("name: A", "name: digits-a").replace("name: B", "name: digits-b"))
+    plan = hand_plan(tmp_path)
     text = (EXAMPLE / "jobs.yaml").read_text().replace("dataset: prompts.jsonl",
                                                       f"dataset: {EXAMPLE / 'prompts.jsonl'}")
     if change == "batch":
