@@ -24,11 +24,19 @@ Replanning (``DriftReplanner``): refit the job's profile from its records since 
 controller switches to the new plan at the cycle boundary of the groups it changes, charging moved
 jobs ``migration_cost_s`` (the planner's price of a move, and by default the delay before a moved job
 starts again; ``migration_delay_s`` sets the delay apart, e.g. 0 on real workers, where the move
-itself takes the time). Every replan is logged: time, job, reason, $/h before and after, moved.
+itself takes the time). Every replan is logged: time, job, reason, $/h before and after, moved,
+and the seconds the solve took (``solve_s``).
+
+``background=True`` (real workers, where time does not wait): the solve runs in a thread of its own
+while the plan in force keeps running, and the new plan is applied (at the cycle boundary, as
+always) once it is ready; the controller polls for it every ``poll_s``. The simulator solves inline:
+its clock is virtual, so a solve costs no simulated time either way, and runs stay reproducible.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -180,8 +188,11 @@ class DriftReplanner:
     def __init__(self, controller: Controller, planner: ReplanPlanner | None, *, threshold: float = 0.15,
                  k: int = 3, alpha: float = 0.3, min_samples: int = 5, window: int = 10,
                  migration_cost_s: float = 60.0, time_limit_s: float = 10.0, threads: int = 2,
-                 migration_delay_s: float | None = None, records_file: str = "<simulation>"):
+                 migration_delay_s: float | None = None, records_file: str = "<simulation>",
+                 background: bool = False, poll_s: float = 0.05):
         self.controller = controller
+        self.background = background
+        self.poll_s = poll_s
         self.planner = planner
         self.window = window
         self.migration_cost_s = migration_cost_s
@@ -230,22 +241,58 @@ class DriftReplanner:
         self.detector.reset(job)
         live = c.live_jobs()
         before = c.plan.cost_usd_per_hour
-        result = self.planner.replan(live, migration_cost_s=self.migration_cost_s, time_limit_s=self.time_limit_s,
-                                     threads=self.threads)
+        asked = c.now
+        solve = lambda: self.planner.replan(live, migration_cost_s=self.migration_cost_s,  # noqa: E731
+                                            time_limit_s=self.time_limit_s, threads=self.threads)
+        if not self.background:
+            started = time.perf_counter()
+            self._apply(solve(), job, phase, ewma, live, before, asked, time.perf_counter() - started)
+            return
+        self._busy = True  # one solve at a time; detections meanwhile are logged, not replanned
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                outcome["result"] = solve()
+            except BaseException as exc:  # noqa: BLE001  re-raised in the controller's thread
+                outcome["error"] = exc
+            outcome["solve_s"] = time.perf_counter() - started
+
+        def poll() -> None:
+            if "solve_s" not in outcome:
+                c.backend.call_at(c.now + self.poll_s, poll)
+                return
+            self._busy = False
+            if "error" in outcome:
+                raise outcome["error"]
+            self._apply(outcome["result"], job, phase, ewma, live, before, asked, outcome["solve_s"])
+
+        threading.Thread(target=work, name=f"replan-{job}", daemon=True).start()
+        c.backend.call_at(c.now + self.poll_s, poll)
+
+    def _apply(self, result, job: str, phase: str, ewma: float, live: JobSet, before: float, asked: float,
+               solve_s: float) -> None:
+        """Log a finished replan and hand its plan to the controller (kept out when it would leave a
+        running job unplaced, or when every job finished while it was solved)."""
+        c = self.controller
         moved = list(getattr(result, "moved", []))
         needed = max(self.detector.k, self.detector.min_samples)
         reason = f"{job} {phase} at {ewma:.2f}x of its profile for {needed} iterations"
-        unplaced = sorted(set(live.names) - set(result.plan.jobs))
-        if unplaced:
+        timing = {"t": asked, "ready_t": c.now, "solve_s": round(solve_s, 4)}
+        still = JobSet(jobs=[j for j in live.jobs if not c.state[j.name].finished])
+        unplaced = sorted(set(still.names) - set(result.plan.jobs))
+        if unplaced or not still.jobs:
             # Switching would stop a running job for good (e.g. the refit tightened another job's SLO
             # on a topology with no room left): keep the plan in force, and the planner in step with it.
-            self._resync(live)
-            self.log.append({"t": c.now, "job": job, "phase": phase,
-                             "reason": f"{reason}; kept the plan in force (the new one leaves "
-                                       f"{', '.join(unplaced)} unplaced)",
+            self._resync(still)
+            why = (f"the new one leaves {', '.join(unplaced)} unplaced" if unplaced
+                   else "every job finished while it was solved")
+            self.log.append({**timing, "job": job, "phase": phase,
+                             "reason": f"{reason}; kept the plan in force ({why})",
                              "usd_per_hour_before": before, "usd_per_hour_after": before, "moved": []})
             return
-        self.log.append({"t": c.now, "job": job, "phase": phase, "reason": reason,
+        self.log.append({**timing, "job": job, "phase": phase, "reason": reason,
                          "usd_per_hour_before": getattr(result, "cost_before", before),
                          "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour),
                          "moved": moved})

@@ -7,7 +7,8 @@ A phase measured past the threshold for K iterations has its job's profile refit
 baseline policy's planner otherwise) solves again; the controller switches at the cycle boundary
 of the groups the new plan changes. Moved jobs get no extra delay (``migration_delay_s`` 0): the
 move itself (checkpoint restore, a cold worker) is what it costs here. Every detection, replan,
-refit profile and plan switch goes to the journal (a resumed run continues on the plan in force),
+refit profile and plan switch goes to the journal; the solve runs in a thread while the plan in force keeps
+running (``background``), and its plan is applied when ready (a resumed run continues on the plan in force),
 every switched-to plan to ``DIR/plans/switch-<n>.yaml``, the replan log to ``DIR/replans.csv``.
 """
 
@@ -30,7 +31,8 @@ from weave_rl.topology.topology import Topology
 
 Progress = Callable[[int, int, float], None]  # (iterations done, total, run time)
 
-REPLAN_COLUMNS = ("t", "job", "phase", "reason", "usd_per_hour_before", "usd_per_hour_after", "moved", "switch_t")
+REPLAN_COLUMNS = ("t", "job", "phase", "reason", "usd_per_hour_before", "usd_per_hour_after", "moved", "solve_s",
+                  "ready_t", "switch_t")
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,8 @@ def _replanner(controller: Controller, topology: Topology, plan: Plan, options: 
     return DriftReplanner(controller, planner, threshold=options.threshold, k=options.k, alpha=options.alpha,
                           min_samples=options.min_samples, migration_cost_s=options.migration_cost_s,
                           migration_delay_s=options.migration_delay_s, time_limit_s=options.time_limit_s,
-                          threads=options.threads, records_file="<weave run records>")
+                          threads=options.threads, records_file="<weave run records>",
+                          background=True)  # the solve runs while the plan in force keeps running
 
 
 def _with_switch_times(log: list[dict], events: list[dict]) -> list[dict]:
