@@ -83,16 +83,14 @@ def validate_records(frame: pd.DataFrame, file: str = "<records>") -> pd.DataFra
     """Check the required columns and values and return a copy with clean dtypes."""
     frame = frame.reset_index(drop=True).copy()
     problems = Problems(file)
+    found = ", ".join(map(str, frame.columns)) or "none"
     for column in OPTIONAL_COLUMNS:
         if column not in frame.columns:
             frame[column] = np.nan
     for column in RECORD_COLUMNS:
         if column not in frame.columns:
-            problems.add(column, "required column is missing")
-    if problems:
-        found = ", ".join(map(str, frame.columns.drop(OPTIONAL_COLUMNS, errors="ignore"))) or "none"
-        problems.add(None, f"columns found: {found}; required: {', '.join(RECORD_COLUMNS)} (tokens may be empty)")
-        problems.raise_if_any()
+            problems.add(column, f"required column is missing (columns: {found})")
+    problems.raise_if_any()
     for column in STR_COLUMNS:
         values = frame[column]
         bad = values.isna() | (values.astype(str).str.strip() == "")

@@ -6,7 +6,10 @@ import importlib.util
 import os
 from typing import Callable
 
+from weave_rl.core.errors import InputError
 from weave_rl.topology.spec import ClusterSpec, LinkSpec, TopologySpec
+
+MAX_NODES = 9999  # ClusterSpec.nodes' bound
 
 
 def weave_testbed() -> TopologySpec:
@@ -83,5 +86,11 @@ def preset_spec(name: str) -> TopologySpec | None:
         return PRESETS[name]()
     base, sep, factor = name.rpartition("-x")
     if sep and base in PRESETS and factor.isdigit() and int(factor) >= 1:
-        return scaled(PRESETS[base](), int(factor))
+        spec = PRESETS[base]()
+        most = max(c.nodes for c in spec.clusters)
+        if int(factor) * most > MAX_NODES:
+            raise InputError(name, None, f"preset {base!r} scaled {int(factor)} times has "
+                             f"{int(factor) * most:,} nodes in one cluster; at most {MAX_NODES:,} "
+                             f"(factor <= {MAX_NODES // most})")
+        return scaled(spec, int(factor))
     return None

@@ -79,8 +79,14 @@ def import_log(importer: Importer, log: Path, options: ImportOptions) -> ImportR
     placement = _placement(importer, config, str(config_path) if config_path else None, options, file)
     job = options.job or importer.job_name(config) or log.stem
     records = build_records(job, sorted(steps, key=lambda s: s.step), placement, file)
-    return ImportResult(records, job, placement, log_format, str(config_path) if config_path else None,
-                        skipped.warnings())
+    warnings = skipped.warnings()
+    from weave_rl.topology.catalog import BUILTIN_GPU_TYPES
+
+    for name in dict.fromkeys((placement.rollout_gpu_type, placement.train_gpu_type)):
+        if name not in BUILTIN_GPU_TYPES:
+            warnings.append(f"--gpu-type {name!r} is not in the built-in catalog ({', '.join(sorted(BUILTIN_GPU_TYPES))}); "
+                            "weave profile fit will need --topology with a topology file that defines it")
+    return ImportResult(records, job, placement, log_format, str(config_path) if config_path else None, warnings)
 
 
 def _placement(importer: Importer, config: Mapping[str, Any], config_file: str | None, options: ImportOptions,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from weave_rl.core.errors import InputError
-from weave_rl.core.yamlio import load_yaml_file
+from weave_rl.core.yamlio import load_yaml_file, read_text_file
 
 _MISSING = object()
 
@@ -33,9 +33,10 @@ def load_config(path: Path | None) -> dict:
     if path is None:
         return {}
     if path.suffix.lower() == ".json":
+        text = read_text_file(path, "JSON config")  # size, encoding and read errors name the file
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise InputError(str(path), None, f"cannot read JSON config: {exc}") from None
     else:
         data = load_yaml_file(path)

@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from weave_rl.core.yamlio import describe_os_error
 
-        err_console.print(f"[bold red]error:[/] {escape(describe_os_error(exc))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(describe_os_error(exc, with_file=True))}", highlight=False, soft_wrap=True)
         return 2
     except SystemExit as exc:
         code = exc.code

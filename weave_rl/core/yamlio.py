@@ -169,15 +169,17 @@ def write_text_file(path: str | Path, text: str) -> Path:
     return path
 
 
-def describe_os_error(exc: OSError) -> str:
-    """A one-line reason for an OS error; a full disk says so."""
+def describe_os_error(exc: OSError, with_file: bool = False) -> str:
+    """A one-line reason for an OS error (``with_file``: led by the file it names); a full disk says so."""
     if exc.errno == errno.ENOSPC:
-        return "no space left on device"
-    if exc.errno == errno.EDQUOT:
-        return "disk quota exceeded"
-    text = exc.strerror or str(exc)
-    where = exc.filename if exc.filename else None
-    return f"{text} ({where})" if where else text
+        text = "no space left on device"
+    elif exc.errno == errno.EDQUOT:
+        text = "disk quota exceeded"
+    else:
+        text = exc.strerror or str(exc)
+    if with_file and getattr(exc, "filename", None):
+        return f"{exc.filename}: {text}"
+    return text
 
 
 _VIRTUAL = ("/proc", "/sys", "/dev")
