@@ -124,6 +124,39 @@ def test_cli_joins_cluster_and_survives_sigkill(cluster, tmp_path):
     check_exactly_once(out, n)
 
 
+def test_a_stopped_actor_is_caught_by_the_heartbeat_and_restarted(cluster, tmp_path):
+    """SIGSTOP the rollout actor's process: Ray still counts it alive; its unanswered heartbeat gets it
+    killed and restarted within the timeout, and every sample is trained on exactly once."""
+    (plan, jobs), _ = _inputs(tmp_path / "in", steps=3000, epochs=10, hidden=256)
+    out = tmp_path / "run"
+    n = 6
+    proc = subprocess.Popen([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots",
+                             "--no-replan", "--backend", "ray", "--address", cluster, "--heartbeat-timeout", "3",
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    victim = None
+    try:
+        done = lambda: sum(1 for e in journal(out) if e["kind"] == "iteration")  # noqa: E731
+        wait_for(lambda: done() >= 1, 120, proc)
+        victim = next(w for w in json.loads((out / "workers.json").read_text()) if w["gpu"] == "local-000:0")
+        stopped = time.monotonic()
+        os.kill(victim["pid"], signal.SIGSTOP)
+        hung = wait_for(lambda: [e for e in journal(out) if e.get("event") == "worker_hung"], 30, proc)
+        assert hung[0]["gpu"] == "local-000:0" and 3.0 <= hung[0]["silent_s"] < 6.0
+        assert time.monotonic() - stopped < 12.0
+        assert proc.wait(180) == 0, proc.stderr.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if victim is not None:
+            try:
+                os.kill(victim["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    restarted = [w for w in json.loads((out / "workers.json").read_text()) if w["gpu"] == "local-000:0"]
+    assert restarted[0]["incarnation"] == 1 and restarted[0]["pid"] != victim["pid"]
+    check_exactly_once(out, n)
+
+
 @pytest.mark.parametrize("case", ["format", "refused", "client", "local-backend", "map", "backend"])
 def test_bad_backend_options_exit_2_with_one_line(tmp_path, capsys, case):
     plan, jobs = write_inputs(tmp_path / "in")

@@ -14,6 +14,9 @@ and pipes:
   that respects ``call_at`` timers; a call that fails with ``RayActorError`` means the actor died
   (``ray.kill``, the process killed, its node lost): it is killed for good and handed to
   ``LocalBackend._died``, which starts a new incarnation in the same bundle (same node, same device);
+- heartbeat: a ``clock`` ping to every actor at least once a second; an actor whose ping stays
+  unanswered for ``heartbeat_timeout_s`` (a stopped or wedged process, which Ray still counts alive)
+  is killed and restarted the same way (event ``worker_hung``);
 - clocks: every time an actor reports is its node's ``time.monotonic()``; an actor on the driver's
   node shares the driver's clock, one on another node gets an offset measured at start (the
   smallest-round-trip ping), applied to permit times going out and start/end times coming back.
@@ -107,6 +110,7 @@ class RayBackend(LocalBackend):
         self.has_gpus = False
         self.started = False
         self.late_pgs: list[object] = []
+        self.pings: dict[int, tuple[object, float, int]] = {}  # wid -> (clock call, sent, incarnation)
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -334,6 +338,31 @@ class RayBackend(LocalBackend):
                 continue  # an answer from a dead incarnation's last moments: its re-run replaces it
             for msg in msgs:
                 self._handle(self._to_driver_clock(w, msg))
+
+    def _check_heartbeats(self) -> None:
+        """Collect answered pings, declare an actor silent past the timeout hung, ping the others."""
+        if not self.started:
+            return
+        now = time.monotonic()
+        if self.pings:
+            refs = [ref for ref, _, _ in self.pings.values()]
+            answered, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done = set(answered)
+            for wid, (ref, sent, inc) in list(self.pings.items()):
+                if ref in done:
+                    del self.pings[wid]
+                    continue
+                w = self.workers[wid]
+                if inc != w.incarnation:
+                    del self.pings[wid]
+                elif now - sent > self.heartbeat_timeout_s:
+                    del self.pings[wid]
+                    self.events.append({"t": self.now(), "event": "worker_hung", "gpu": w.gpu, "pid": w.pid,
+                                        "incarnation": w.incarnation, "silent_s": round(now - sent, 3)})
+                    self._lost(w, TimeoutError(f"no heartbeat for {now - sent:.1f} s"))
+        for w in self.workers:
+            if w.ready and w.wid not in self.pings:
+                self.pings[w.wid] = (w.actor.clock.remote(), now, w.incarnation)
 
     def _to_driver_clock(self, w: _ActorRef, msg):
         if w.offset and isinstance(msg, (m.Done, m.SyncDone)):
