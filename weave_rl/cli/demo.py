@@ -1,6 +1,8 @@
 """The main job on the embedded example: the Weave testbed, a 20-job Mixed workload, plans by every
 policy, the optimal plan checked, drawn and simulated; then a short real run: two GRPO jobs planned on
-this machine's ``local`` topology, simulated, and executed on local worker processes."""
+this machine's ``local`` topology, simulated, executed on local worker processes, and the loop closed
+the way users work: the profiles fit from the run's own records, the plan re-solved on them, and
+planned, measured and replanned iteration times side by side."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from weave_rl.topology.topology import load_topology
 from weave_rl.cli.render import table
 
 
-# Two small real jobs for the local run: the built-in GRPO job on two tasks. Their profiles are rough
-# figures for one CPU core; the run measures the real ones (``weave profile fit`` refits them).
+# Two small real jobs for the local run: the built-in GRPO job on two tasks of about the same cost per
+# iteration (so that sharing the two workers keeps both within their SLO). Their profiles are rough
+# figures for one CPU core; the run measures the real ones and the demo refits them.
 LOCAL_JOBS = """jobs:
   - name: add
     params_b: 0.0001
@@ -32,7 +35,7 @@ LOCAL_JOBS = """jobs:
     slo: 2.0
     rollout: {gpus: 1, gpu_type: CPU, duration_s: 0.15, host_mem_gb: 0.1}
     train: {gpus: 1, gpu_type: CPU, duration_s: 0.15, host_mem_gb: 0.1}
-    workload: {kind: grpo, task: sort, seed: 2}
+    workload: {kind: grpo, task: sort, digits: 6, seed: 2}
 """
 
 
@@ -123,19 +126,59 @@ def real_run(out: Path, console: Console, *, iterations: int, time_limit_s: floa
                             devices=map_devices(gpus, None))
     data = write_run_outputs(out / "run", result, plots=True, inputs={
         "plan": str(out / "plan.yaml"), "jobs": str(jobs_path), "topology": topo.name, "iterations": iterations})
+    # Close the loop: refit the profiles from this run's records and replan on them.
+    from weave_rl.planner.online import replan
+    from weave_rl.profiles.fit import fit_jobs
+    from weave_rl.profiles.records import read_records
+
+    records = out / "run" / "records.parquet"
+    frame = read_records(records)
+    fitted = fit_jobs(frame, local_jobs, records_file=str(records), gpu_types=topo.gpu_types)
+    tail = after_train(frame)
+    fitted_path = out / "jobs-fitted.yaml"
+    save_jobs(fitted, fitted_path)
+    new_plan = replan(plan, fitted, topo, time_limit_s=min(10.0, time_limit_s)).plan
+    violations = check_plan(new_plan, topo, fitted)
+    if violations:
+        console.print(f"[red]replanned local plan fails the checker:[/]\n{format_violations(violations)}")
+        return 1
+    save_plan(new_plan, out / "plan-replanned.yaml")
+    replanned = {j.name: j for g in new_plan.groups for j in g.jobs}
+    rejected = {r.name: r.reason for r in new_plan.rejected}
     rows = []
     for jp in (j for g in plan.groups for j in g.jobs):
         rewards = [r["reward_mean"] for r in result.job_rows if r["job"] == jp.name and "reward_mean" in r]
-        head, tail = rewards[:3], rewards[-3:]
+        head, last = rewards[:3], rewards[-3:]
         measured = data["per_job"][jp.name]["steady_iteration_s"]
         simulated = predicted.state[jp.name]
         sim_steady = ((simulated.rollout_starts[max(simulated.rollout_starts)] - simulated.rollout_starts[0])
                       / max(1, len(simulated.rollout_starts) - 1))
-        rows.append([jp.name, jp.iteration_s, sim_steady, measured,
-                     f"{sum(head) / max(1, len(head)):.3f}", f"{sum(tail) / max(1, len(tail)):.3f}"])
-    console.print(table("Local run", ["job", "plan s", "simulated s", "measured s", "reward (first 3)",
-                                      "reward (last 3)"], rows))
-    console.print(f"ran in {result.wall_s:.1f} s wall; records, metrics, job_metrics.csv and pictures in {out / 'run'}"
-                  f"; refit the profiles with: weave profile fit {out / 'run' / 'records.parquet'} --jobs {jobs_path} "
-                  f"-o jobs-fitted.yaml")
+        again = replanned.get(jp.name)
+        planned_sync = sum(ph.duration_s for ph in (again or jp).phases if ph.phase == "sync")
+        rows.append([jp.name, f"{jp.iteration_s:.3f}", f"{sim_steady:.3f}", f"{measured:.3f}",
+                     f"{again.iteration_s:.3f}" if again else f"rejected: {rejected.get(jp.name, '?')}",
+                     f"{measured / jp.iteration_s:.2f}x / {measured / again.iteration_s:.2f}x" if again else "-",
+                     f"{tail.get(jp.name, float('nan')):.3f} / {planned_sync:.3f}",
+                     f"{sum(head) / max(1, len(head)):.3f}", f"{sum(last) / max(1, len(last)):.3f}"])
+    console.print(table("Local run: planned, measured, replanned on the measured profiles",
+                        ["job", "plan s", "simulated s", "measured s", "replanned s", "measured / plan, replan",
+                         "train end -> sync end s (measured / plan)", "reward (first 3)", "reward (last 3)"], rows))
+    console.print(f"ran in {result.wall_s:.1f} s wall; records, metrics, job_metrics.csv and pictures in {out / 'run'}; "
+                  f"profiles refit from its records -> {fitted_path}; replanned -> {out / 'plan-replanned.yaml'} "
+                  f"(${plan.cost_usd_per_hour:,.2f}/h -> ${new_plan.cost_usd_per_hour:,.2f}/h)")
     return 0
+
+
+def after_train(frame) -> dict[str, float]:
+    """Per job, the median time from a train phase's end to the end of its weight sync (checkpoint,
+    sync): what the fitted rollout and train profiles leave out of the iteration."""
+    out: dict[str, float] = {}
+    for job, rows in frame.groupby("job"):
+        train = rows[rows.phase == "train"].set_index("iteration")
+        sync = rows[rows.phase == "sync"].set_index("iteration")
+        both = train.index.intersection(sync.index)
+        if len(both):
+            ends = sync.loc[both, "start_s"] + sync.loc[both, "duration_s"]
+            gaps = ends - (train.loc[both, "start_s"] + train.loc[both, "duration_s"])
+            out[str(job)] = float(gaps.median())
+    return out
