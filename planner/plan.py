@@ -165,3 +165,26 @@ def plan_from_data(data: Any, source: str = "<plan>") -> Plan:
         return Plan.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(source, exc) from None
+
+
+def topology_problems(plan: Plan, topology: Any, source: str = "<plan>") -> list:
+    """``Problem`` s for every group node and phase GPU of ``plan`` that ``topology`` does not have
+    (checked before anything looks them up)."""
+    from weave_rl.core.errors import Problem
+
+    out = []
+    nodes = topology.nodes
+    for gi, group in enumerate(plan.groups):
+        for ni, node in enumerate(group.nodes):
+            if node not in nodes:
+                out.append(Problem(source, f"groups[{gi}].nodes[{ni}]",
+                                   f"unknown node {node!r} in topology {topology.name!r}"))
+        for ji, job in enumerate(group.jobs):
+            for si, slot in enumerate(job.phases):
+                bad = [g for g in slot.gpus if g.rpartition(":")[0] not in nodes
+                       or g not in nodes[g.rpartition(":")[0]].gpu_ids]
+                if bad:
+                    shown = ", ".join(map(repr, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+                    out.append(Problem(source, f"groups[{gi}].jobs[{ji}].phases[{si}].gpus",
+                                       f"GPU{'s' if len(bad) > 1 else ''} {shown} not in topology {topology.name!r}"))
+    return out

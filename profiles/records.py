@@ -18,13 +18,14 @@ import numpy as np
 import pandas as pd
 
 from weave_rl.core.errors import InputError, Problems
-from weave_rl.core.yamlio import describe_os_error
+from weave_rl.core.yamlio import describe_os_error, max_input_bytes
 
 RECORD_COLUMNS = ["job", "iteration", "phase", "gpus", "gpu_type", "start_s", "duration_s", "switch_s", "tokens"]
 STR_COLUMNS = ["job", "phase", "gpu_type"]
 INT_COLUMNS = ["iteration", "gpus"]
 FLOAT_COLUMNS = ["start_s", "duration_s", "switch_s", "tokens"]
 OPTIONAL_COLUMNS = ["tokens"]  # may be absent from a file or a row: filled with NaN
+RECORDS_SIZE_FACTOR = 64  # records may be far larger than a YAML input: 64 x its limit (1 GB by default)
 _NA = ["", "nan", "NaN", "NA", "N/A", "null", "None"]
 
 
@@ -43,6 +44,13 @@ def read_records(path: str | Path) -> pd.DataFrame:
     kind = _kind(path)
     if not path.exists():
         raise InputError(file, None, "file not found")
+    if path.is_dir():
+        raise InputError(file, None, "is a directory, expected a records file")
+    limit = max_input_bytes() * RECORDS_SIZE_FACTOR
+    size = path.stat().st_size
+    if size > limit:
+        raise InputError(file, None, f"file too large ({size / 1e6:.1f} MB; the limit for records is {limit / 1e6:g} MB, "
+                         f"{RECORDS_SIZE_FACTOR} x WEAVE_MAX_INPUT_MB)")
     try:
         if kind == "csv":
             # Job, phase and GPU-type names are read verbatim (a job may be called "NA").

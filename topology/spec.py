@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from weave_rl.topology.catalog import GpuType
 
@@ -12,6 +12,7 @@ from weave_rl.topology.catalog import GpuType
 # no product of them overflows (a bandwidth of 1e7 Gbit/s is far past any real link).
 _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 _BIG = 1e7
+MAX_TOTAL_NODES = 100_000
 
 
 class GpuTypeSpec(GpuType):
@@ -66,3 +67,10 @@ class TopologySpec(BaseModel):
     clusters: list[ClusterSpec] = Field(min_length=1)
     links: list[LinkSpec] = Field(default_factory=list)
     # Repeated cluster names are reported by the loader (topology_from_data / Topology), each at its key.
+
+    @model_validator(mode="after")
+    def _not_too_large(self) -> "TopologySpec":
+        nodes = sum(c.nodes for c in self.clusters)
+        if nodes > MAX_TOTAL_NODES:
+            raise ValueError(f"{nodes:,} nodes in all; at most {MAX_TOTAL_NODES:,}")
+        return self

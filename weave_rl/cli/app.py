@@ -384,7 +384,11 @@ def plan_show(plan_file: Path = PLAN_ARGUMENT,
     if topology:
         from weave_rl.topology.topology import load_topology
 
+        from weave_rl.planner.plan import topology_problems
+
         topo = load_topology(topology)
+        if problems := topology_problems(the_plan, topo, str(plan_file)):
+            raise InputError.many(problems)
     _print_plan_summary(the_plan, topo, None)
     if png:
         from weave_rl.planner.gantt import gantt_png

@@ -99,10 +99,9 @@ def simulate(
         for name in plan.jobs:
             if name not in jobs.names:
                 problems.add("jobs", f"plan job {name!r} is not in the jobs file", file=str(jobs_file))
-        for gi, group in enumerate(plan.groups):
-            for ni, node in enumerate(group.nodes):
-                if node not in topo.nodes:
-                    problems.add(f"groups[{gi}].nodes[{ni}]", f"unknown node {node!r} in topology {topo.name!r}")
+        from weave_rl.planner.plan import topology_problems
+
+        problems.extend(topology_problems(plan, topo, str(plan_file)))
         problems.raise_if_any()
         if not no_check:
             from weave_rl.planner.check import require_valid

@@ -175,8 +175,14 @@ def _message(problem: dict) -> str:
         return "unknown key"
     if kind == "missing":
         return "required key is missing"
+    if isinstance(problem.get("input"), bool) and kind in _NUMBER_TYPES:
+        return f"expected {_NUMBER_TYPES[kind]}, not true/false"
     msg = problem.get("msg", "invalid value")
     return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+_NUMBER_TYPES = {"int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+                 "float_type": "a number", "float_parsing": "a number"}
 
 
 def _got(problem: dict) -> str:
