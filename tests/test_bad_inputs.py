@@ -296,6 +296,11 @@ CASES: list[Case] = [
               [("jobs[0].rollout.gpus", "expected an integer, not true/false"), ("jobs[0].colour", "unknown key"),
                ("jobs[0].train.gpu_type", "unknown GPU type 'H21'"), ("jobs[1].params_b", "required key is missing"),
                ("jobs[1].rollout.duration_s", "at most 1e+08 s"), ("jobs[1].name", "duplicate job name 'A'")]),
+    jobs_case("null-values", "jobs:\n- name: A\n  params_b:\n  rollout:\n  train: {gpus: 8, gpu_type: H800, "
+              "duration_s: 100}\n",
+              [("jobs[0].params_b", "valid number (got null: the key has no value)"),
+               ("jobs[0].rollout", "valid dictionary (got null: the key has no value)")]),
+    jobs_case("python-tag", "jobs: !!python/object:os.system {}\n", [("", "could not determine a constructor")]),
     jobs_case("empty-file", "", [("", "the file is empty")]),
     jobs_case("not-utf8", b"jobs:\n  - name: \xff\xfe\n", [("", "not UTF-8 text: byte 0xff at line 2")]),
     jobs_case("repeated-key", "jobs:\n  - name: A\n    name: B\n", [("", "key 'name' appears twice")]),
@@ -531,6 +536,7 @@ def test_enough_cases() -> None:
      {"r.csv": records(RECORD_ROW), "j.yaml": jobs_yaml(JOB)}),
     (["jobs", "show", "{d}/j.yaml"], {"j.yaml": "jobs:\n- name: A\n  params_b: 7\n  rollout: {gpus: 8, gpu_type: H20, "
                                                  "duration_s: 1.2e2}\n  train: {gpus: 8, gpu_type: H800, duration_s: 1e2}\n"}),
+    (["jobs", "show", "{d}/j.yaml"], {"j.yaml": "\ufeff" + jobs_yaml(JOB).replace("\n", "\r\n")}),  # BOM, CRLF
     # A merge key's values may be overridden: that is no repeated key.
     (["jobs", "show", "{d}/j.yaml"], {"j.yaml": "jobs:\n- name: A\n  params_b: 7\n  rollout: &r {gpus: 8, "
                                                  "gpu_type: H20, duration_s: 100}\n  train: {<<: *r, gpu_type: H800}\n"}),

@@ -14,6 +14,7 @@ Loaders gather every problem of a file they can find (``Problems``) and raise th
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -178,6 +179,7 @@ def _message(problem: dict) -> str:
     if isinstance(problem.get("input"), bool) and kind in _NUMBER_TYPES:
         return f"expected {_NUMBER_TYPES[kind]}, not true/false"
     msg = problem.get("msg", "invalid value")
+    msg = re.sub(r" or instance of \w+", "", msg)  # "a valid dictionary or instance of PhaseSpec"
     return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
@@ -190,6 +192,8 @@ def _got(problem: dict) -> str:
     if problem.get("type", "") in ("missing", "extra_forbidden"):
         return ""
     value = problem.get("input")
+    if value is None:
+        return " (got null: the key has no value)"
     if isinstance(value, (int, float, str, bool)) and len(str(value)) < 60 and "(got " not in problem.get("msg", ""):
         return f" (got {value!r})"
     return ""
