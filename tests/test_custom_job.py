@@ -117,6 +117,25 @@ def test_example_job_on_ray_actors(tmp_path, example_plan):
         assert sorted(ck["ledger"]) == sorted(f"{job}/{k}/0/{i}" for k in range(n) for i in range(PER_ITERATION))
 
 
+def test_example_job_by_entry_point(tmp_path, example_plan, monkeypatch):
+    """An installed package's short name (``weave.workloads`` entry point), resolved by every worker."""
+    dist = tmp_path / "site" / "digit_jobs-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: digit-jobs\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[weave.workloads]\nlargest-digit = digit_policy:LargestDigit\n")
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text((EXAMPLE / "jobs.yaml").read_text().replace('"digit_policy:LargestDigit"', "largest-digit")
+                    .replace("dataset: prompts.jsonl", f"dataset: {EXAMPLE / 'prompts.jsonl'}"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path / "site"),
+                                                                   os.environ.get("PYTHONPATH", "")])))
+    ran = weave("run", str(example_plan), "--jobs", str(jobs), "--iterations", "2", "--out", "run", "--no-plots",
+                "--no-replan", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    metrics = pd.read_csv(tmp_path / "run" / "job_metrics.csv")
+    assert sorted(zip(metrics.job, metrics.iteration)) == [(j, k) for j in JOBS for k in range(2)]
+    assert (metrics.samples == PER_ITERATION).all()
+
+
 @pytest.fixture
 def forget_example():
     """The example module imported in this process is forgotten after the test (as in a fresh one)."""
