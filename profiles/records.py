@@ -158,7 +158,7 @@ def _fail(problems: Problems, column: str, bad: pd.Series, values: pd.Series, re
     text = reason + shown
     if len(rows) > 1:
         others = ", ".join(str(int(r)) for r in rows[1:SHOWN_ROWS])
-        more = f", ..." if len(rows) > SHOWN_ROWS else ""
+        more = ", ..." if len(rows) > SHOWN_ROWS else ""
         text += f"; also row{'s' if len(rows) > 2 else ''} {others}{more} ({len(rows)} rows in all)"
     problems.add(f"row {row}.{column}", text)
 

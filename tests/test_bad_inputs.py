@@ -356,6 +356,12 @@ CASES: list[Case] = [
     Case("plan-bad-jobs", {"j.yaml": jobs_yaml(job(rollout__gpus=True), job(name="B", train__gpu_type="Q"))},
          ["plan", "-t", "weave-testbed", "-j", "{d}/j.yaml"], "j.yaml",
          [("jobs[0].rollout.gpus", "expected an integer, not true/false"), ("jobs[1].train.gpu_type", "unknown GPU type 'Q'")]),
+    Case("plan-check-three-bad-files", {"t.yaml": topo({"clusters.0.nodes": True}),
+                                        "j.yaml": jobs_yaml(job(rollout__gpus=0, train__gpu_type="X9")),
+                                        "p.yaml": plan({"version": 2})},
+         ["plan", "check", "{d}/p.yaml", "-t", "{d}/t.yaml", "-j", "{d}/j.yaml"], "problems in",
+         [("t.yaml: clusters[0].nodes", "not true/false"), ("j.yaml: jobs[0].rollout.gpus", "greater than 0"),
+          ("p.yaml: version", "unsupported plan version")]),  # X9: the broken topology may have defined it
     Case("simulate-plan-version-2", {"p.yaml": plan({"version": 2}), "j.yaml": jobs_yaml(JOB)},
          ["simulate", "{d}/p.yaml", "-j", "{d}/j.yaml", "--out", "{d}/sim"], "p.yaml",
          [("version", "unsupported plan version")]),
@@ -505,7 +511,7 @@ def check_error(text: str, case: Case) -> None:
     body = lines[1:]
     assert len(body) == n, text  # exactly the expected problems, one per line
     for key, reason in case.problems:
-        hits = [line for line in body if re.search(rf"(^|: ){re.escape(key)}: ", line.strip()) and reason in line]
+        hits = [line for line in body if re.search(rf"(^|: |/){re.escape(key)}: ", line.strip()) and reason in line]
         assert hits, (key, reason, text)
 
 

@@ -11,7 +11,7 @@ import typer
 
 from weave_rl import __version__
 from weave_rl.core.errors import InputError
-from weave_rl.core.yamlio import check_output_dir, check_output_file
+from weave_rl.core.yamlio import check_output_file
 from weave_rl.cli.render import console, err_console, print_json, table
 
 app = typer.Typer(help="Weave: co-scheduling plans for disaggregated RL post-training.",
@@ -198,8 +198,6 @@ def plan(ctx: typer.Context,
     from weave_rl.planner.api import OBJECTIVES, make_plan
     from weave_rl.planner.check import check_plan, format_violations
     from weave_rl.planner.plan import POLICIES, plan_to_data, save_plan
-    from weave_rl.profiles.jobs import load_jobs
-    from weave_rl.topology.topology import load_topology
 
     if topology is None or jobs_file is None:
         raise InputError("<command line>", "--topology" if topology is None else "--jobs",
@@ -210,16 +208,13 @@ def plan(ctx: typer.Context,
         raise InputError("<command line>", "--objective",
                          f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
     from weave_rl.planner.optimize import SOLVERS
-    from weave_rl.planner.plan import load_plan
 
     if solver not in SOLVERS:
         raise InputError("<command line>", "--solver", f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
     q = _parse_quantile(quantile)
     if out is not None:
         check_output_file(out, "--out")
-    topo = load_topology(topology)
-    jobs = load_jobs(jobs_file, topo.gpu_types)
-    previous = load_plan(start) if start is not None else None
+    topo, jobs, previous = _load_inputs(topology, jobs_file, start)
     with err_console.status(f"planning {len(jobs.jobs)} jobs ({policy}, {objective})...") as status:
         result = make_plan(topo, jobs, policy=policy, objective=objective, quantile=q, time_limit_s=time_limit,
                            threads=threads, max_group_size=max_group_size, solver=solver, start=previous,
@@ -344,13 +339,8 @@ def plan_check(plan_file: Path = PLAN_ARGUMENT,
                as_json: bool = JSON_OPTION) -> None:
     """Check a plan against every rule of DESIGN 3.3, independently of the solver."""
     from weave_rl.planner.check import check_plan
-    from weave_rl.planner.plan import load_plan
-    from weave_rl.profiles.jobs import load_jobs
-    from weave_rl.topology.topology import load_topology
 
-    topo = load_topology(topology)
-    jobs = load_jobs(jobs_file, topo.gpu_types)
-    the_plan = load_plan(plan_file)
+    topo, jobs, the_plan = _load_inputs(topology, jobs_file, plan_file)
     violations = check_plan(the_plan, topo, jobs)
     if as_json:
         print_json([v.__dict__ for v in violations])
@@ -427,6 +417,31 @@ def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
                              for u in use]))
     if out is not None:
         console.print(f"wrote {out}")
+
+
+def _load_inputs(topology: str, jobs_file: Path, plan_file: Optional[Path] = None):
+    """Topology, jobs (and a plan): every problem of all of them at once, not only the first file's.
+
+    When the topology is broken, the jobs are still checked against the built-in catalog, leaving out
+    unknown GPU types (the topology may have meant to define them)."""
+    from weave_rl.core.errors import Problems
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.profiles.jobs import load_jobs
+    from weave_rl.topology.topology import load_topology
+
+    problems = Problems(topology)
+    topo = jobs = the_plan = None
+    with problems.collect():
+        topo = load_topology(topology)
+    try:
+        jobs = load_jobs(jobs_file, topo.gpu_types) if topo is not None else load_jobs(jobs_file)
+    except InputError as exc:
+        problems.extend([p for p in exc.problems if topo is not None or not p.reason.startswith("unknown GPU type")])
+    if plan_file is not None:
+        with problems.collect():
+            the_plan = load_plan(plan_file)
+    problems.raise_if_any()
+    return topo, jobs, the_plan
 
 
 def _parse_quantile(text: str) -> float | str:
