@@ -25,7 +25,7 @@ STR_COLUMNS = ["job", "phase", "gpu_type"]
 INT_COLUMNS = ["iteration", "gpus"]
 FLOAT_COLUMNS = ["start_s", "duration_s", "switch_s", "tokens"]
 OPTIONAL_COLUMNS = ["tokens"]  # may be absent from a file or a row: filled with NaN
-RECORDS_SIZE_FACTOR = 64  # records may be far larger than a YAML input: 64 x its limit (1 GB by default)
+RECORDS_SIZE_FACTOR = 128  # records may be far larger than a YAML input: 128 x its limit (1 GB by default)
 _NA = ["", "nan", "NaN", "NA", "N/A", "null", "None"]
 
 

@@ -407,7 +407,7 @@ CASES: list[Case] = [
     records_case("unknown-phase-and-job", records(RECORD_ROW, "B,0,warmup,8,H20,0,120,0.5,1"),
                  [("row 1.phase", "unknown phase 'warmup'"), ("row 1.job", "job 'B' is not in the jobs file")]),
     records_case("empty-file", "", [("", "cannot read csv records")]),
-    Case("records-too-large", {"r.csv": records(*[RECORD_ROW] * 2000), "j.yaml": jobs_yaml(JOB)},
+    Case("records-too-large", {"r.csv": records(*[RECORD_ROW] * 5000), "j.yaml": jobs_yaml(JOB)},
          ["profile", "fit", "{d}/r.csv", "--jobs", "{d}/j.yaml", "-o", "{d}/out.yaml"], "r.csv",
          [("", "file too large")], env={"WEAVE_MAX_INPUT_MB": "0.001"}),
     Case("records-a-directory", {"r.csv/x": "", "j.yaml": jobs_yaml(JOB)},
@@ -598,7 +598,7 @@ def test_a_50_mb_yaml_is_refused_at_once(tmp_path, capsys) -> None:
     assert main(["jobs", "show", str(path)]) == 2
     assert time.perf_counter() - start < 2.0
     err = capsys.readouterr().err
-    assert "file too large (50.0 MB; the limit is 16 MB, set WEAVE_MAX_INPUT_MB to raise it)" in err, err
+    assert "file too large (50.0 MB; the limit is 8 MB, set WEAVE_MAX_INPUT_MB to raise it)" in err, err
 
 
 def test_one_problem_keeps_the_one_line_form() -> None:
@@ -634,3 +634,13 @@ def test_bad_input_end_to_end(case: Case, tmp_path: Path) -> None:
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stdout
     check_error(proc.stderr, case)
+
+
+def test_only_aliases_count_against_the_expansion_limit(monkeypatch) -> None:
+    from weave_rl.core import yamlio
+    from weave_rl.core.errors import InputError
+
+    monkeypatch.setattr(yamlio, "MAX_NODES", 50)
+    assert len(yamlio.parse_yaml("[" + ", ".join(["1"] * 200) + "]", "big.yaml")) == 200  # large, no alias
+    with pytest.raises(InputError, match="big.yaml: YAML aliases expand to over 50 values"):
+        yamlio.parse_yaml("a: &a [1, 2, 3, 4, 5, 6, 7, 8]\nb: [*a, *a, *a, *a, *a, *a, *a, *a]\n", "big.yaml")

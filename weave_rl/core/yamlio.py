@@ -1,8 +1,8 @@
 """Reading and writing YAML files with errors that name the file and the line.
 
-Reading is guarded: a file larger than ``max_input_bytes()`` (``WEAVE_MAX_INPUT_MB``, default 16 MB)
+Reading is guarded: a file larger than ``max_input_bytes()`` (``WEAVE_MAX_INPUT_MB``, default 8 MB)
 is refused before it is read, the text must be UTF-8, a mapping may not repeat a key (the later value
-would silently win), and aliases may not expand the document past ``MAX_NODES`` values. Numbers like
+would silently win), and aliases may not expand the document past ``MAX_NODES`` values (a "billion laughs" file). Numbers like
 ``1e5`` are floats (as in YAML 1.2; PyYAML alone reads them as strings).
 
 Writing goes through a temporary file beside the target, renamed into place; on any failure (a full
@@ -22,12 +22,12 @@ import yaml
 
 from weave_rl.core.errors import InputError
 
-DEFAULT_MAX_INPUT_MB = 16
+DEFAULT_MAX_INPUT_MB = 8  # ~8000 jobs, or a plan of as many; parsing 8 MB of YAML takes seconds already
 MAX_NODES = 2_000_000  # values in one document once aliases are expanded
 
 
 def max_input_bytes() -> int:
-    """The largest input file read (bytes): ``WEAVE_MAX_INPUT_MB`` megabytes, default 16."""
+    """The largest input file read (bytes): ``WEAVE_MAX_INPUT_MB`` megabytes, default 8."""
     text = os.environ.get("WEAVE_MAX_INPUT_MB", "")
     try:
         mb = float(text) if text else DEFAULT_MAX_INPUT_MB
@@ -115,7 +115,7 @@ def parse_yaml(text: str, name: str) -> Any:
         raise InputError(name, None, f"malformed YAML: {where}{problem}") from None
     except RecursionError:
         raise InputError(name, None, "malformed YAML: nested too deeply") from None
-    if _expanded_size(data, MAX_NODES) > MAX_NODES:
+    if "*" in text and _expanded_size(data, MAX_NODES) > MAX_NODES:  # only aliases (*name) can blow it up
         raise InputError(name, None, f"YAML aliases expand to over {MAX_NODES:,} values; write the values out")
     return data
 
