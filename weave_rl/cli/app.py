@@ -138,7 +138,8 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
     from weave_rl.profiles.records import read_records
     from weave_rl.topology.catalog import BUILTIN_GPU_TYPES
 
-    check_output_file(out, "--out")
+    if out.is_dir():
+        check_output_file(out, "--out")
     catalog = BUILTIN_GPU_TYPES
     if topology:
         from weave_rl.topology.topology import load_topology
@@ -151,6 +152,7 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
     with problems.collect():
         frame = read_records(records)
     problems.raise_if_any()
+    check_output_file(out, "--out")
     fitted = fit_jobs(frame, jobs, records_file=str(records), gpu_types=catalog)
     save_jobs(fitted, out)
     console.print(f"fitted {len(frame)} records onto {len(fitted.jobs)} jobs; wrote {out}")
@@ -212,9 +214,11 @@ def plan(ctx: typer.Context,
     if solver not in SOLVERS:
         raise InputError("<command line>", "--solver", f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
     q = _parse_quantile(quantile)
-    if out is not None:
+    if out is not None and out.is_dir():
         check_output_file(out, "--out")
     topo, jobs, previous = _load_inputs(topology, jobs_file, start)
+    if out is not None:  # before the solver's minutes, after the inputs (no folder made for bad inputs)
+        check_output_file(out, "--out")
     with err_console.status(f"planning {len(jobs.jobs)} jobs ({policy}, {objective})...") as status:
         result = make_plan(topo, jobs, policy=policy, objective=objective, quantile=q, time_limit_s=time_limit,
                            threads=threads, max_group_size=max_group_size, solver=solver, start=previous,
