@@ -66,7 +66,7 @@ def test_verl_csv_export_flat_dotted_config_and_empty_row():
     assert list(rows(r, "rollout")["iteration"]) == [1, 3]
     assert list(rows(r, "train")["duration_s"]) == [101.0, 104.0]
     assert list(rows(r, "sync")["gpus"]) == [16, 16]  # sync lands on the rollout GPUs
-    assert r.warnings == ["1 line skipped: 3 (step without timing_s/gen)"]
+    assert r.warnings == ["1 line skipped: 3 (step without timing_s/gen (or timing/gen))"]
 
 
 def test_roll_stdout_switch_times_and_sync_first():
@@ -129,7 +129,7 @@ def test_many_skipped_lines_are_listed_ten_then_dots(tmp_path):
 @pytest.mark.parametrize("text, reason", [
     ("", "no usable veRL step (the file is empty)"),
     ("hello\nworld\n", "no usable veRL step (2 lines skipped: 1, 2 (not a veRL metrics line))"),
-    ("step:1 - actor/lr:0.1\n", "no usable veRL step (1 line skipped: 1 (step without timing_s/gen))"),
+    ("step:1 - actor/lr:0.1\n", "no usable veRL step (1 line skipped: 1 (step without timing_s/gen (or timing/gen)))"),
 ])
 def test_a_log_without_a_usable_step_is_an_error(tmp_path, text, reason):
     log = tmp_path / "bad.log"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from weave_rl.profiles.importers.builder import Placement, StepPhases, build_records
 from weave_rl.profiles.importers.config import find_config, load_config
-from weave_rl.profiles.importers.metrics import LineParser, StepMetrics, read_steps
+from weave_rl.profiles.importers.metrics import LineParser, StepMetrics, physical_lines, read_log_text, read_steps
 from weave_rl.core.errors import InputError
 
 CLI = "<command line>"
@@ -34,6 +34,11 @@ class Importer(Protocol):
 
     def job_name(self, config: Mapping[str, Any]) -> str | None:
         """The run's name in the config, if any."""
+
+    # Optional, looked up with getattr:
+    #   join_lines(parts) -> parts                      regroup physical lines (metrics.LineJoiner)
+    #   configs_in_log(lines) -> [(config, label), ...]  configs the log prints itself (dump, command line)
+    #   notes(steps, configs) -> [warning, ...]          warnings about the steps as a whole
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,9 @@ class ImportResult:
 
 def import_log(importer: Importer, log: Path, options: ImportOptions) -> ImportResult:
     file = str(log)
-    raw, skipped, log_format = read_steps(log, importer.parse_console, importer.TITLE)
-    config_path = find_config(log, options.config)
-    config = load_config(config_path)
+    raw, skipped, log_format = read_steps(log, importer.parse_console, importer.TITLE,
+                                          getattr(importer, "join_lines", None))
+    configs = config_sources(importer, log, options.config)
     steps: list[StepPhases] = []
     seen: dict[int, int] = {}
     for item in raw:
@@ -76,30 +81,55 @@ def import_log(importer: Importer, log: Path, options: ImportOptions) -> ImportR
     if not steps:
         reasons = "; ".join(skipped.warnings(shown=3)) or "the file is empty"
         raise InputError(file, None, f"no usable {importer.TITLE} step ({reasons})")
-    placement = _placement(importer, config, str(config_path) if config_path else None, options, file)
-    job = options.job or importer.job_name(config) or log.stem
+    placement, config_file = _placement(importer, configs, options, file)
+    job = options.job or next((n for n in (importer.job_name(c) for c, _ in configs) if n), None) or log.stem
     records = build_records(job, sorted(steps, key=lambda s: s.step), placement, file)
     warnings = skipped.warnings()
+    notes = getattr(importer, "notes", None)
+    if notes is not None:
+        warnings += notes([r for r in raw if seen.get(r.step) == r.line], [c for c, _ in configs])
     from weave_rl.topology.catalog import BUILTIN_GPU_TYPES
 
     for name in dict.fromkeys((placement.rollout_gpu_type, placement.train_gpu_type)):
         if name not in BUILTIN_GPU_TYPES:
             warnings.append(f"--gpu-type {name!r} is not in the built-in catalog ({', '.join(sorted(BUILTIN_GPU_TYPES))}); "
                             "weave profile fit will need --topology with a topology file that defines it")
-    return ImportResult(records, job, placement, log_format, str(config_path) if config_path else None, warnings)
+    return ImportResult(records, job, placement, log_format, config_file, warnings)
 
 
-def _placement(importer: Importer, config: Mapping[str, Any], config_file: str | None, options: ImportOptions,
-               log_file: str) -> Placement:
-    rollout, train = importer.gpu_counts(config, config_file or "<config>") if config else (None, None)
+def config_sources(importer: Importer, log: Path, given: Path | None) -> list[tuple[dict, str]]:
+    """The run's configs, first match first: ``--config``; the config file beside the log; the config
+    the log prints itself (veRL's resolved Hydra dump, then its command line)."""
+    sources: list[tuple[dict, str]] = []
+    path = find_config(log, given)
+    if path is not None:
+        sources.append((load_config(path), str(path)))
+    in_log = getattr(importer, "configs_in_log", None)
+    if in_log is not None and log.suffix.lower() not in (".csv", ".tsv"):
+        sources += [(c, label) for c, label in in_log(physical_lines(read_log_text(log))) if c]
+    return sources
+
+
+def _placement(importer: Importer, configs: list[tuple[dict, str]], options: ImportOptions,
+               log_file: str) -> tuple[Placement, str | None]:
+    rollout = train = None
+    used = None
+    for config, label in configs:
+        if not config:
+            continue
+        rollout, train = importer.gpu_counts(config, label)
+        if train is not None:
+            used = label
+            break
     rollout = options.rollout_gpus or rollout
     train = options.train_gpus or train
     if train is None:
-        where = f"{config_file} has no training GPU count" if config_file else "no config found next to the log"
+        where = (f"{', '.join(label for _, label in configs)} {'has' if len(configs) == 1 else 'have'} no training "
+                 "GPU count" if configs else "no config found next to the log, nor printed in it")
         raise InputError(log_file, None, f"GPU counts unknown: {where} (give --config FILE or --train-gpus N)")
     rollout = rollout or train  # no separate rollout pool: rollout runs on the training GPUs (colocated)
     rollout_type, train_type = parse_gpu_types(options.gpu_type)
-    return Placement(rollout, train, rollout_type, train_type)
+    return Placement(rollout, train, rollout_type, train_type), used
 
 
 def parse_gpu_types(text: str | None) -> tuple[str, str]:

@@ -100,28 +100,58 @@ def flat_metrics(data: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
     return step, metrics
 
 
-def read_steps(path: Path, console: LineParser, console_name: str) -> tuple[list[StepMetrics], Skipped, str]:
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")  # colour codes (Ray's worker prefixes) and titles
+
+# An importer may regroup the physical lines before they are parsed: (line number, text) pairs in,
+# (line number of the first line, joined text) out; lines it folds into another disappear (they are
+# part of that step, not skipped).
+LineJoiner = Callable[["list[tuple[int, str]]"], "list[tuple[int, str]]"]
+
+
+def physical_lines(text: str) -> list[tuple[int, str]]:
+    """(1-based line number, text) per line as ``grep -n`` counts them: only ``\\n`` ends a line; a
+    ``\\r\\n`` ending is dropped, ANSI colour codes are removed, a tqdm ``\\r`` inside a line is kept
+    (see ``segments``)."""
+    out = []
+    for number_, line in enumerate(text.split("\n"), start=1):
+        out.append((number_, ANSI.sub("", line.removesuffix("\r"))))
+    if out and not out[-1][1]:
+        out.pop()  # the newline that ends the file
+    return out
+
+
+def segments(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """A tqdm bar redraws itself with ``\\r``: each redraw, and the text after the last one, is a
+    segment of the same physical line (numbered as that line)."""
+    out = []
+    for number_, line in lines:
+        parts = [p for p in line.split("\r") if p.strip()] if "\r" in line else [line]
+        out.extend((number_, p) for p in parts)
+    return out
+
+
+def read_steps(path: Path, console: LineParser, console_name: str,
+               join: LineJoiner | None = None) -> tuple[list[StepMetrics], Skipped, str]:
     """All steps of a log file, the skipped lines and the format read (``csv``, ``jsonl``, ``console``).
 
     ``.csv``/``.tsv`` files are tracking exports (one row per step, a step column); any other file
-    is read line by line: a line starting with ``{`` is JSON, anything else goes to ``console``.
+    is read line by line (``physical_lines``, ``segments``): a segment starting with ``{`` is JSON,
+    anything else goes to ``console``. Line numbers are physical lines (what ``grep -n`` and editors
+    show); a line is skipped (once) when none of its segments yields a step.
     """
-    file = str(path)
-    if not path.exists():
-        raise InputError(file, None, "file not found")
-    if path.is_dir():
-        raise InputError(file, None, "is a directory, expected a log file")
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise InputError(file, None, f"cannot read: {exc.strerror}") from None
+    text = read_log_text(path)
     if path.suffix.lower() in (".csv", ".tsv"):
-        steps, skipped = _read_csv(text, "\t" if path.suffix.lower() == ".tsv" else ",", file)
+        steps, skipped = _read_csv(text, "\t" if path.suffix.lower() == ".tsv" else ",", str(path))
         return steps, skipped, "csv"
     steps: list[StepMetrics] = []
     skipped = Skipped()
     kinds = set()
-    for number_, line in enumerate(text.splitlines(), start=1):
+    parts = segments(physical_lines(text))
+    if join is not None:
+        parts = join(parts)
+    article = "an" if console_name[:1].lower() in "aeiou" else "a"
+    outcome: dict[int, str | None] = {}  # line -> None once it gave a step, else its first reason
+    for number_, line in parts:
         stripped = line.strip()
         if not stripped:
             continue
@@ -134,20 +164,38 @@ def read_steps(path: Path, console: LineParser, console_name: str) -> tuple[list
                 if not isinstance(data, dict):
                     raise ValueError("JSON line is not an object")
                 step, metrics = flat_metrics(data)
-                kinds.add("jsonl")
+                kind = "jsonl"
             else:
                 parsed = console(line)
                 if parsed is None:
-                    article = "an" if console_name[:1].lower() in "aeiou" else "a"
-                    skipped.add(number_, f"not {article} {console_name} metrics line")
+                    outcome.setdefault(number_, f"not {article} {console_name} metrics line")
                     continue
                 step, metrics = parsed
-                kinds.add("console")
+                kind = "console"
         except ValueError as exc:
-            skipped.add(number_, str(exc))
+            before = outcome.get(number_, "not ")
+            if before is not None and before.startswith("not "):
+                outcome[number_] = str(exc)  # a line that looked like metrics: its reason beats "not a metrics line"
             continue
+        kinds.add(kind)
+        outcome[number_] = None
         steps.append(StepMetrics(number_, step, metrics))
+    for number_, reason in sorted(outcome.items()):
+        if reason is not None:
+            skipped.add(number_, reason)
     return steps, skipped, "+".join(sorted(kinds)) or "console"
+
+
+def read_log_text(path: Path) -> str:
+    file = str(path)
+    if not path.exists():
+        raise InputError(file, None, "file not found")
+    if path.is_dir():
+        raise InputError(file, None, "is a directory, expected a log file")
+    try:  # bytes, not read_text: universal newlines would turn every tqdm "\r" into a line break
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(file, None, f"cannot read: {exc.strerror}") from None
 
 
 def _read_csv(text: str, delimiter: str, file: str) -> tuple[list[StepMetrics], Skipped]:
