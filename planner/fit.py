@@ -46,7 +46,5 @@ def job_fit_problems(jobs: JobSet, topology: Topology) -> list[FitProblem]:
 
 def require_jobs_fit(jobs: JobSet, topology: Topology, jobs_file: str) -> None:
     problems = job_fit_problems(jobs, topology)
-    if problems:
-        first = problems[0]
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(jobs_file, first.key, first.reason + more)
+    if problems:  # every job that does not fit, one line each
+        raise InputError.many([(jobs_file, p.key, p.reason) for p in problems])

@@ -86,10 +86,9 @@ def jobs_show(file: Path = typer.Argument(..., metavar="FILE"),
     q = _parse_quantile(quantile)
     topo = None
     if topology:
-        from weave_rl.topology.topology import load_topology
-
-        topo = load_topology(topology)
-    jobs = load_jobs(file, topo.gpu_types) if topo else load_jobs(file)
+        topo, jobs, _ = _load_inputs(topology, file)
+    else:
+        jobs = load_jobs(file)
     if topo:
         require_jobs_fit(jobs, topo, str(file))
     if as_json:
