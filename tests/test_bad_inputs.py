@@ -648,3 +648,16 @@ def test_only_aliases_count_against_the_expansion_limit(monkeypatch) -> None:
     assert len(yamlio.parse_yaml("[" + ", ".join(["1"] * 200) + "]", "big.yaml")) == 200  # large, no alias
     with pytest.raises(InputError, match="big.yaml: YAML aliases expand to over 50 values"):
         yamlio.parse_yaml("a: &a [1, 2, 3, 4, 5, 6, 7, 8]\nb: [*a, *a, *a, *a, *a, *a, *a, *a]\n", "big.yaml")
+
+
+def test_an_input_error_survives_pickling() -> None:
+    """Worker processes and Ray actors send errors back pickled: every problem must arrive."""
+    import pickle
+
+    from weave_rl.core.errors import InputError
+
+    error = InputError.many([("j.yaml", "jobs[0].gpus", "bad"), ("j.yaml", "jobs[1].name", "missing")])
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is InputError and back.problems == error.problems and str(back) == str(error)
+    one = pickle.loads(pickle.dumps(InputError("a.yaml", "k", "r")))
+    assert (one.file, one.key, one.reason, str(one)) == ("a.yaml", "k", "r", "a.yaml: k: r")

@@ -55,6 +55,9 @@ class InputError(Exception):
     def many(cls, problems: Iterable[Problem | tuple]) -> "InputError":
         return cls(problems=list(problems))
 
+    def __reduce__(self):  # pickled whole (worker processes, Ray), not rebuilt from its message
+        return (_rebuild, (type(self), self.problems, self.__dict__))
+
     def __str__(self) -> str:
         problems = self.problems
         if len(problems) == 1:
@@ -70,6 +73,13 @@ class InputError(Exception):
         if len(problems) > MAX_SHOWN:
             lines.append(f"  ... and {len(problems) - MAX_SHOWN} more problems not shown")
         return "\n".join(lines)
+
+
+def _rebuild(cls: type, problems: list[Problem], state: dict) -> InputError:
+    error = cls.__new__(cls)
+    InputError.__init__(error, problems=problems)
+    error.__dict__.update(state)
+    return error
 
 
 def _problem(p: Problem | tuple) -> Problem:
