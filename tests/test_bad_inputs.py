@@ -661,3 +661,15 @@ def test_an_input_error_survives_pickling() -> None:
     assert type(back) is InputError and back.problems == error.problems and str(back) == str(error)
     one = pickle.loads(pickle.dumps(InputError("a.yaml", "k", "r")))
     assert (one.file, one.key, one.reason, str(one)) == ("a.yaml", "k", "r", "a.yaml: k: r")
+
+
+@pytest.mark.parametrize("args, text", [
+    (["jobs", "generate", "micro", "-n", "1000000", "-o", "{d}/j.yaml"], "100000"),
+    (["plan", "show", "{d}/p.yaml", "--cycles", "100000"], "1000"),
+    (["plan", "-t", "weave-testbed", "-j", "{d}/j.yaml", "--threads", "100000"], "1024"),
+])
+def test_option_bounds_are_usage_errors(args, text, tmp_path, capsys) -> None:
+    """Counts that would run for hours (a million jobs, 100000 Gantt cycles) are refused by the parser."""
+    code = main([a.replace("{d}", str(tmp_path)) for a in args])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "less than or equal to" in err and text in err, err

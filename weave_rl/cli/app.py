@@ -108,7 +108,7 @@ def jobs_show(file: Path = typer.Argument(..., metavar="FILE"),
 
 @jobs_app.command("generate")
 def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH | Mixed | seed"),
-                  count: int = typer.Option(8, "--count", "-n", min=1, help="Number of jobs."),
+                  count: int = typer.Option(8, "--count", "-n", min=1, max=100_000, help="Number of jobs."),
                   seed: int = typer.Option(0, "--seed", "-s", help="Random seed."),
                   out: Path = typer.Option(..., "-o", "--out", help="Jobs YAML to write.")) -> None:
     """Generate a reference workload (Weave micro-benchmarks, synthetic families, the seed job)."""
@@ -187,7 +187,7 @@ def plan(ctx: typer.Context,
          policy: str = typer.Option("optimal", "--policy", help="optimal | weave | solo | colocate"),
          quantile: str = typer.Option("0.95", "--quantile", "-q", help="Planning quantile, or 'max'."),
          time_limit: float = typer.Option(60.0, "--time-limit", min=0.01, help="Solver time limit, seconds."),
-         threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
+         threads: int = typer.Option(2, "--threads", min=1, max=1024, help="Solver threads."),
          max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
          objective: str = typer.Option("cost", "--objective", help="cost | iteration-time"),
          solver: str = typer.Option("auto", "--solver", help="Integer master: auto | cpsat | pulp (CBC)."),
@@ -320,7 +320,7 @@ def plan_replan(plan_file: Path = PLAN_ARGUMENT,
                 migration_cost: float = typer.Option(60.0, "--migration-cost", min=0,
                                                      help="Seconds of its GPUs a moved job costs."),
                 time_limit: float = typer.Option(30.0, "--time-limit", min=0.01, help="Solver time limit, seconds."),
-                threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
+                threads: int = typer.Option(2, "--threads", min=1, max=1024, help="Solver threads."),
                 as_json: bool = JSON_OPTION) -> None:
     """Re-optimize a running plan for new profiles; a job moves only when it pays its migration."""
     if out is not None:
@@ -362,7 +362,7 @@ def plan_show(plan_file: Path = PLAN_ARGUMENT,
               png: Optional[Path] = typer.Option(None, "--png", help="Write a Gantt chart PNG."),
               html: Optional[Path] = typer.Option(None, "--html", help="Write an interactive Gantt HTML."),
               by: str = typer.Option("node", "--by", help="Rows per node or per gpu."),
-              cycles: int = typer.Option(2, "--cycles", min=1, help="Cycles to draw."),
+              cycles: int = typer.Option(2, "--cycles", min=1, max=1000, help="Cycles to draw."),
               topology: Optional[str] = typer.Option(None, "--topology", "-t", help="For utilization figures.")) -> None:
     """Summarise a plan; draw per-group Gantt charts of its cycles."""
     from weave_rl.planner.plan import load_plan

@@ -47,7 +47,7 @@ def simulate(
                                     help="How syncs share a link: deadline (the controller serves the least SLO "
                                          "slack first) or fair (even split, uncoordinated flows)."),
     time_limit: float = typer.Option(10.0, "--time-limit", min=0.01, help="Solver time limit per (re)plan."),
-    threads: int = typer.Option(2, "--threads", min=1, help="Solver threads."),
+    threads: int = typer.Option(2, "--threads", min=1, max=1024, help="Solver threads."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for records, metrics and pictures."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG and HTML pictures."),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
