@@ -6,7 +6,6 @@ every bad option caught in the controller as one line naming the jobs file and k
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 

@@ -22,10 +22,10 @@ from typing import Any, Mapping
 import torch
 from transformers import PreTrainedModel
 
+from weave_rl.executor.rl.checks import check_options
 from weave_rl.executor.rl.data import PromptStream, load_problems
 from weave_rl.executor.rl.loss import clipped_loss, group_advantages
 from weave_rl.executor.rl.model import build_model, build_tokenizer, initial_params
-from weave_rl.executor.rl.checks import check_options
 from weave_rl.executor.rl.options import GRPOOptions
 from weave_rl.executor.rl.rewards import call_reward, load_reward
 from weave_rl.executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, mix_seed, response_id, shard_prompts
