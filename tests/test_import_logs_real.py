@@ -171,3 +171,90 @@ def test_cli_import_without_config_equals_with_it(tmp_path):
         outs.append(pd.read_csv(out))
     pd.testing.assert_frame_equal(outs[0], outs[1])
     assert len(outs[0]) == 6
+
+
+# ----- OpenRLHF ----------------------------------------------------------------------------------
+
+def test_openrlhf_sync_trainer_global_step_lines():
+    r = import_framework_log("openrlhf", LOGS / "openrlhf_console.log", H800)
+    assert r.job == "ppo-sync" and r.log_format == "console"
+    assert (r.placement.rollout_gpus, r.placement.train_gpus) == (8, 8)  # 4 engines x TP 2; 1 x 8 actor
+    assert list(rows(r, "rollout")["duration_s"]) == [120.0, 126.0]  # timing/generation
+    assert list(rows(r, "train")["duration_s"]) == [115.0, 117.0]  # make_experience 20 + ppo_train 95; 21 + 96
+    assert list(rows(r, "sync")["duration_s"]) == [4.0, 4.5]  # timing/broadcast
+    # today's step_total is the sum of the timers (120+20+95+4 = 239): nothing taken out, phases in a row
+    assert list(rows(r, "rollout")["start_s"]) == [0.0, 239.0]
+    assert list(rows(r, "sync")["start_s"]) == [235.0, 482.0]
+    assert list(rows(r, "rollout")["source_line"]) == [2, 4]
+    assert r.warnings == ["2 lines skipped: 1, 3 (not an OpenRLHF metrics line)",
+                          "1 line skipped: 5 (unreadable Global step status (expected a dict as Python prints it))"]
+
+
+def test_openrlhf_async_trainer_overlaps_rollout_with_the_previous_step():
+    r = import_framework_log("openrlhf", LOGS / "openrlhf_async.log", H800)
+    assert r.job == "ppo-async"
+    rollout, train, sync = rows(r, "rollout"), rows(r, "train"), rows(r, "sync")
+    # durations as logged: no "generation inside make_experience" correction although
+    # 100+15+60+5 > step_total for steps 2 and 3 (110, 81 s of wall time)
+    assert list(rollout["duration_s"]) == [100.0, 110.0, 90.0]
+    assert list(train["duration_s"]) == [75.0, 78.0, 76.0]
+    # steps last their wall time: 0-180, 180-290, 290-371; train + broadcast end with the step
+    assert list(sync["start_s"]) == [175.0, 285.0, 366.0]  # 180-5, 290-5, 371-5
+    assert list(train["start_s"]) == [100.0, 207.0, 290.0]  # 175-75, 285-78, 366-76
+    # the rollout ends where its train starts: step 2's generation (97-207) ran while step 1 trained (100-175)
+    assert list(rollout["start_s"]) == [0.0, 97.0, 200.0]
+    assert r.warnings[-1].startswith("3 steps of the async trainer: timing/step_total is wall time")
+
+
+def test_openrlhf_async_is_recognised_by_line_form_keys_or_config(tmp_path):
+    status = "{'timing/generation': 50.0, 'timing/make_experience': 60.0, 'timing/ppo_train': 30.0, 'timing/step_total': 90.0}"
+    log = tmp_path / "run.log"
+    opts = ImportOptions(gpu_type="H800", train_gpus=4, rollout_gpus=4)
+    log.write_text(f"✨ Global step 1: {status}\n")
+    sync = import_framework_log("openrlhf", log, opts)
+    # sync trainer, 50+60+30 = 140 > 1.01 x 90: an older version that timed generation inside make_experience
+    assert list(rows(sync, "train")["duration_s"]) == [40.0]  # 60 - 50 + 30
+    assert list(sync.records["start_s"]) == [0.0, 50.0]
+    log.write_text(f"Global step 1: {status}\n")  # the async trainer's line: no ✨
+    first = import_framework_log("openrlhf", log, opts)
+    assert list(rows(first, "train")["duration_s"]) == [90.0]  # 60 + 30, nothing taken out
+    # laid out from the end: train 0-90, rollout -50-0, then shifted so the first row starts at 0
+    assert list(first.records["start_s"]) == [0.0, 50.0]
+    assert list(first.records["phase"]) == ["rollout", "train"]
+    log.write_text(f"✨ Global step 1: {status[:-1]}, 'timing/actor_idle_wait': 0.0}}\n")
+    assert list(rows(import_framework_log("openrlhf", log, opts), "train")["duration_s"]) == [90.0]  # idle-wait keys
+    log.write_text(f"✨ Global step 1: {status}\n")
+    (tmp_path / "run.yaml").write_text("train: {async_enable: true}\nactor: {num_nodes: 1, num_gpus_per_node: 4}\n")
+    by_config = import_framework_log("openrlhf", log, ImportOptions(gpu_type="H800"))
+    assert list(rows(by_config, "train")["duration_s"]) == [90.0] and by_config.placement.train_gpus == 4
+
+
+# ----- ROLL --------------------------------------------------------------------------------------
+
+def test_roll_rlvr_pipeline_keys_per_domain_and_no_switch_timers():
+    r = import_framework_log("roll", LOGS / "roll_rlvr.log", H800)
+    assert r.job == "qwen2.5-7B-rlvr" and (r.placement.rollout_gpus, r.placement.train_gpus) == (16, 16)
+    sync, rollout, train = rows(r, "sync"), rows(r, "rollout"), rows(r, "train")
+    assert list(rollout["duration_s"]) == [140.0, 150.0]  # time/step_generate
+    # ref_log_probs_values + old_log_probs + get_sample_level_mask + per domain (math_rule, code_sandbox)
+    # reward_postprocess + get_token_reward + compute_advantage + step_train:
+    # 6.5+7+0.05+(0.2+0.1+0.3)+(0.1+0.05+0.2)+105 = 119.5; 6.4+7.1+0.05+(0.2+0.1+0.35)+(0.15+0.05+0.2)+104.4 = 119
+    assert list(train["duration_s"]) == [119.5, 119.0]
+    assert list(sync["duration_s"]) == [6.0, 6.2]  # time/step_model_update, first in the step
+    assert list(sync["start_s"]) == [0.0, 265.5]
+    assert (r.records["switch_s"] == 0).all()
+    assert r.warnings == ["2 lines skipped: 1, 3 (not a ROLL metrics line)",
+                          "no step logs onload/offload timers (time/<cluster>/<method>/onload|offload; ROLL logs them "
+                          "only at debug level): switch_s taken as 0 there, so the switch stays inside the phase times"]
+
+
+def test_roll_switch_warning_counts_the_steps_without_timers(tmp_path):
+    log = tmp_path / "run.jsonl"
+    log.write_text('{"step": 0, "metrics": {"time/step_generate": 10, "time/step_train": 5, '
+                   '"time/actor_train/train_step/onload": 1.0}}\n'
+                   '{"step": 1, "metrics": {"time/step_generate": 10, "time/step_train": 5, "time/compute_advantage": 0.5}}\n')
+    r = import_framework_log("roll", log, ImportOptions(gpu_type="H800", train_gpus=8))
+    assert list(rows(r, "train")["duration_s"]) == [4.0, 5.5]  # 5 - 1 s onload (switch_s 1); 5 + 0.5 advantage
+    assert list(rows(r, "train")["switch_s"]) == [1.0, 0.0]
+    assert r.warnings == ["1 of 2 steps log no onload/offload timers (time/<cluster>/<method>/onload|offload; ROLL logs "
+                          "them only at debug level): switch_s taken as 0 there, so the switch stays inside the phase times"]

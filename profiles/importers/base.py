@@ -38,6 +38,7 @@ class Importer(Protocol):
     # Optional, looked up with getattr:
     #   join_lines(parts) -> parts                      regroup physical lines (metrics.LineJoiner)
     #   configs_in_log(lines) -> [(config, label), ...]  configs the log prints itself (dump, command line)
+    #   prepare(steps, configs) -> steps                 mark steps from what the configs say (before phases)
     #   notes(steps, configs) -> [warning, ...]          warnings about the steps as a whole
 
 
@@ -65,6 +66,9 @@ def import_log(importer: Importer, log: Path, options: ImportOptions) -> ImportR
     raw, skipped, log_format = read_steps(log, importer.parse_console, importer.TITLE,
                                           getattr(importer, "join_lines", None))
     configs = config_sources(importer, log, options.config)
+    prepare = getattr(importer, "prepare", None)
+    if prepare is not None:
+        raw = prepare(raw, [c for c, _ in configs])
     steps: list[StepPhases] = []
     seen: dict[int, int] = {}
     for item in raw:

@@ -5,6 +5,11 @@ Logs give durations, not timestamps, so ``start_s`` is rebuilt: the first logged
 sum of its phases), and inside a step the phases run in the framework's order with their warm
 switch (``switch_s``) right before them, as the executor records it. An extra column
 ``source_line`` names the log line each row came from.
+
+An *overlapped* step (an async trainer, OpenRLHF ``--train.async_enable``) is laid out from its end
+instead: the step lasts its logged wall time ``step_s``, train and sync end with it, and the rollout
+ends where train starts, so it may reach back into the previous step (generation of batch k runs
+while batch k-1 trains). The whole timeline is shifted so that the first row starts at 0.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class StepPhases:
     tokens: float | None = None  # generated (response) tokens of the rollout
     step_s: float | None = None  # the framework's own wall time of the whole step
     sync_first: bool = False  # ROLL pushes the weights at the start of its step, before the rollout
+    overlapped: bool = False  # async trainer: the rollout overlaps the previous step (see module doc)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,14 @@ def build_records(job: str, steps: list[StepPhases], placement: Placement, file:
                          "tokens": math.nan if tokens is None else float(tokens), "source_line": s.line})
             return start + duration
 
+        if s.overlapped and s.step_s and s.step_s >= s.train_switch_s + s.train_s + s.sync_s:
+            train_start = t + s.step_s - s.sync_s - s.train_s
+            add("rollout", train_start - s.rollout_s, s.rollout_s, s.rollout_switch_s, s.tokens)
+            cursor = add("train", train_start, s.train_s, s.train_switch_s)
+            if s.sync_s > 0:
+                add("sync", cursor, s.sync_s)
+            t += s.step_s
+            continue
         if s.sync_first and s.sync_s > 0:
             cursor = add("sync", cursor, s.sync_s)
         cursor = add("rollout", cursor + s.rollout_switch_s, s.rollout_s, s.rollout_switch_s, s.tokens)
@@ -64,4 +78,8 @@ def build_records(job: str, steps: list[StepPhases], placement: Placement, file:
         if not s.sync_first and s.sync_s > 0:
             cursor = add("sync", cursor, s.sync_s)
         t += max(cursor - t, s.step_s or 0.0)
+    first = min((r["start_s"] for r in rows), default=0.0)
+    if first < 0:  # an overlapped first rollout reaches before 0
+        for r in rows:
+            r["start_s"] = round(r["start_s"] - first, 6)
     return records_frame(rows, file)

@@ -8,6 +8,7 @@ its line number and the reason, so the importer can warn with a count ("3 lines 
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import math
@@ -67,6 +68,38 @@ def number(text: Any) -> float:
     if not math.isfinite(value):
         raise ValueError(f"not a finite number: {text!r}")
     return value
+
+
+def python_literal(text: str) -> Any:
+    """A Python literal as ``print``/``pprint`` write dicts (configs, status dicts), never evaluated:
+    a call with one number (``np.float64(1.5)``, ``tensor(0.5)``) reads as that number, any other
+    call or name (``DictConfig(...)``, ``inf``) as None; None when the text is not an expression."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Dict):
+            return {value(k): value(v) for k, v in zip(node.keys, node.values) if k is not None}
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            inner = value(node.operand)
+            if isinstance(inner, (int, float)) and not isinstance(inner, bool):
+                return -inner if isinstance(node.op, ast.USub) else inner
+            return None
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            inner = value(node.args[0])
+            return inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else None
+        return None
+
+    try:
+        return value(tree)
+    except (TypeError, RecursionError):  # an unhashable key, a literal nested too deep
+        return None
 
 
 def step_number(value: Any) -> int:

@@ -6,13 +6,16 @@ same objects as JSON lines, or a tracking export (CSV with a ``step`` column).
 | ROLL key                                                        | Weave                       |
 |-----------------------------------------------------------------|-----------------------------|
 | ``time/step_generate`` (or ``time/step_rollout``, ``time/rollout``) | rollout ``duration_s``  |
-| ``time/ref_log_probs_values`` (or ``..._reward``) + ``time/old_log_probs`` (or ``..._values``) + ``time/adv`` + ``time/step_train`` | train ``duration_s`` |
+| ``time/ref_log_probs_values`` (or ``..._reward``) + ``time/old_log_probs`` (or ``..._values``) + ``time/get_sample_level_mask`` + ``time/compute_advantage`` (or ``time/adv``) + ``time/reward_postprocess`` + ``time/get_token_reward`` + ``time/step_train`` | train ``duration_s`` |
+| ``<domain>/time/compute_advantage``, ``<domain>/time/reward_postprocess``, ``<domain>/time/get_token_reward`` | train ``duration_s``, summed over domains (the RLVR pipeline times them per domain) |
 | ``time/step_model_update``                                      | sync ``duration_s``; ROLL runs it at the *start* of its step (the previous step's weights), so the sync row starts the step |
 | ``time/<cluster>/<method>/onload`` + ``.../offload``            | ``switch_s`` of the phase that cluster serves: ``actor_infer*``, ``reward*`` -> rollout; ``actor_train*``, ``reference*``, ``critic*`` -> train |
 
 ROLL's ``state_offload_manager`` runs the onload and offload inside the worker call that the step
 timer wraps, so the switch time is taken out of ``duration_s`` (Weave keeps the warm switch apart,
-as the executor does); a step whose switch time is not below its timers is skipped. Rewards are
+as the executor does); a step whose switch time is not below its timers is skipped. ROLL logs the
+onload/offload timers only at debug level: without them ``switch_s`` is 0 and a warning says so.
+``time/step_stop_server`` (pausing the async pipeline's generation) and ``time/val_step`` are left out. Rewards are
 scored inside ROLL's generate scheduler, so they are part of ``time/step_generate`` (rollout).
 ``time/step_total`` is the *previous* step's total in ROLL and is not used. No token count.
 
@@ -38,12 +41,16 @@ TITLE = "ROLL"
 
 ROLLOUT = (("time/step_generate", "time/step_rollout", "time/rollout"),)
 TRAIN = (("time/ref_log_probs_values", "time/ref_log_probs_values_reward"),
-         ("time/old_log_probs", "time/old_log_probs_values"), ("time/adv",), ("time/step_train",))
+         ("time/old_log_probs", "time/old_log_probs_values"), ("time/get_sample_level_mask",),
+         ("time/compute_advantage", "time/adv"), ("time/reward_postprocess",), ("time/get_token_reward",),
+         ("time/step_train",))
+DOMAIN_TIMERS = ("compute_advantage", "reward_postprocess", "get_token_reward")
 SYNC = (("time/step_model_update",),)
 ROLLOUT_CLUSTERS = ("actor_infer", "reward")
 TRAIN_CLUSTERS = ("actor_train", "reference", "critic")
 
 _SWITCH = re.compile(r"^time/(.+)/[^/]+/(onload|offload)$")
+_DOMAIN = re.compile(r"^[^/]+/time/(" + "|".join(DOMAIN_TIMERS) + r")$")
 _RANGE = re.compile(r"^\s*list\(\s*range\(\s*(\d+)\s*,\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)\s*\)\s*$")
 
 
@@ -66,7 +73,9 @@ def phases(step: StepMetrics) -> StepPhases:
     if not used:
         raise ValueError("step without time/step_generate")
     train, used = total(m, TRAIN)
-    if not used:
+    per_domain = [k for k in m if _DOMAIN.match(k)]
+    train += sum(m[k] for k in per_domain)
+    if not used and not per_domain:
         raise ValueError("step without training timers (time/step_train, time/old_log_probs, ...)")
     rollout_switch, train_switch = _switches(m)
     if rollout - rollout_switch <= 0 or train - train_switch <= 0:
@@ -75,6 +84,15 @@ def phases(step: StepMetrics) -> StepPhases:
     return StepPhases(step.line, step.step, rollout - rollout_switch, train - train_switch,
                       sync_s=max(total(m, SYNC)[0], 0.0), rollout_switch_s=rollout_switch,
                       train_switch_s=train_switch, sync_first=True)
+
+
+def notes(steps: list[StepMetrics], configs: list[Mapping[str, Any]]) -> list[str]:
+    missing = [s.step for s in steps if not any(_SWITCH.match(k) for k in s.metrics)]
+    if not missing:
+        return []
+    which = "no step logs" if len(missing) == len(steps) else f"{len(missing)} of {len(steps)} steps log no"
+    return [f"{which} onload/offload timers (time/<cluster>/<method>/onload|offload; ROLL logs them only at "
+            "debug level): switch_s taken as 0 there, so the switch stays inside the phase times"]
 
 
 def _switches(metrics: Mapping[str, float]) -> tuple[float, float]:

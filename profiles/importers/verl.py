@@ -33,14 +33,13 @@ defaults to 1 there, as in veRL's ``ppo_trainer.yaml``).
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import Any, Mapping
 
 from weave_rl.profiles.importers.base import total
 from weave_rl.profiles.importers.builder import StepPhases
 from weave_rl.profiles.importers.config import lookup, positive_int
-from weave_rl.profiles.importers.metrics import StepMetrics, number
+from weave_rl.profiles.importers.metrics import StepMetrics, number, python_literal
 from weave_rl.core.errors import InputError
 
 NAME = "verl"
@@ -163,38 +162,11 @@ def _printed_config(lines: list[tuple[int, str]]) -> tuple[dict, str] | None:
             j += 1
             if depth <= 0:
                 break
-        data = _literal("\n".join(chunk))
+        data = python_literal("\n".join(chunk))
         if isinstance(data, dict) and isinstance(data.get("trainer"), dict) and "n_gpus_per_node" in data["trainer"]:
             return data, f"the config printed at line {number_}"
         i = max(j, i + 1)
     return None
-
-
-def _literal(text: str) -> Any:
-    """A pprinted Python literal; calls (``np.float64(1.0)``, ``DictConfig(...)``) and names other
-    than True/False/None read as None instead of failing (never evaluated)."""
-    try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, ValueError):
-        return None
-
-    def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Dict):
-            return {value(k): value(v) for k, v in zip(node.keys, node.values) if k is not None}
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            return [value(e) for e in node.elts]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            inner = value(node.operand)
-            return -inner if isinstance(inner, (int, float)) and not isinstance(inner, bool) else None
-        return None
-
-    try:
-        result = value(tree)
-    except (TypeError, RecursionError):  # an unhashable key
-        return None
-    return result
 
 
 def gpu_counts(config: Mapping[str, Any], file: str) -> tuple[int | None, int | None]:
