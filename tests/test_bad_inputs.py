@@ -673,3 +673,23 @@ def test_option_bounds_are_usage_errors(args, text, tmp_path, capsys) -> None:
     code = main([a.replace("{d}", str(tmp_path)) for a in args])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and "less than or equal to" in err and text in err, err
+
+
+def test_resume_on_a_full_disk_says_so_before_anything_starts(tmp_path, capsys, monkeypatch) -> None:
+    import json
+
+    import weave_rl.core.yamlio as yamlio
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"plan": str(run / "plan.yaml"), "jobs": str(run / "jobs.yaml"),
+                                              "topology": "local", "iterations": 3}))
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(yamlio.tempfile, "mkstemp", full)
+    assert main(["run", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: <command line>: --resume: cannot write in folder {run}: no space left on device", err
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]
