@@ -12,7 +12,6 @@ from weave_rl.executor.workload import OptionError, check_workload
 from weave_rl.planner.check import require_valid
 from weave_rl.planner.plan import Plan, load_plan
 from weave_rl.profiles.jobs import JobSet, load_jobs
-from weave_rl.topology.presets import PRESETS
 from weave_rl.topology.topology import Topology, load_topology
 
 
@@ -22,10 +21,12 @@ def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None, *,
     ``check`` the plan must also pass the independent plan checker (overlaps, chains, SLOs, memory)."""
     plan = load_plan(plan_file)
     if topology is None:
-        if plan.topology not in PRESETS:
+        from weave_rl.planner.plan import plan_topology_ref
+
+        topology = plan_topology_ref(plan, plan_file)
+        if topology is None:
             raise InputError("<command line>", "--topology", f"required (the plan's topology {plan.topology!r} "
-                             "is not a preset)")
-        topology = plan.topology
+                             "is not a preset and the plan records no topology file)")
     topo = load_topology(topology)
     jobs = load_jobs(jobs_file, topo.gpu_types)
     if plan.topology != topo.name:

@@ -115,6 +115,9 @@ class Plan(_Frozen):
     objective: Literal["cost", "iteration-time"] = "cost"
     quantile: Literal["max"] | Annotated[_Num, Field(gt=0, le=1)] = 0.95
     topology: Text
+    # Where ``weave plan`` read the topology: a preset name, or the file's path relative to the plan
+    # file's folder (optional; ``plan_topology_ref`` resolves it for plan export, simulate and run).
+    topology_source: Text | None = None
     cost_usd_per_hour: Annotated[_Num, Field(ge=0)]
     lower_bound_usd_per_hour: Number | None = None
     solver: SolverInfo
@@ -165,6 +168,34 @@ def plan_from_data(data: Any, source: str = "<plan>") -> Plan:
         return Plan.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(source, exc) from None
+
+
+def topology_source_for(topology: str, plan_file: str | Path) -> str:
+    """What a plan written to ``plan_file`` records for ``--topology topology``: a preset name as is,
+    a file as its path relative to the plan file's folder (absolute when no relative path exists)."""
+    import os
+
+    path = Path(topology)
+    if not path.is_file():
+        return topology  # a preset (load_topology has accepted it already)
+    try:
+        return Path(os.path.relpath(path.resolve(), Path(plan_file).resolve().parent)).as_posix()
+    except ValueError:  # another drive
+        return str(path.resolve())
+
+
+def plan_topology_ref(plan: Plan, plan_file: str | Path) -> str | None:
+    """The topology to load for a saved plan: its ``topology_source`` (a preset, or a file resolved
+    against the plan file's folder), else the plan's topology name when it is a preset, else None."""
+    from weave_rl.topology.presets import PRESETS
+
+    source = plan.topology_source
+    if source:
+        if source in PRESETS:
+            return source
+        path = Path(source)
+        return str(path if path.is_absolute() else Path(plan_file).parent / path)
+    return plan.topology if plan.topology in PRESETS else None
 
 
 def topology_problems(plan: Plan, topology: Any, source: str = "<plan>") -> list:

@@ -100,7 +100,8 @@ def test_k8s_micro_c_one_deployment_per_pool():
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert anti["labelSelector"]["matchLabels"] == rollout["spec"]["selector"]["matchLabels"]
-    assert pod["containers"][0]["resources"] == {"requests": {"nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": 8}}
+    # quantities as strings: the Kubernetes Python client's V1ResourceRequirements takes dict(str, str)
+    assert pod["containers"][0]["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
     labels = rollout["metadata"]["labels"]
     assert labels["weave.io/group"] == "g0" and labels["weave.io/pool"] == "rollout"
     assert labels["weave.io/role"] == "rollout"
@@ -150,7 +151,7 @@ def test_outputs_match_the_plan_field_by_field(name):
             assert manifest_problems(d) == []
             assert d["spec"]["replicas"] == len(d["metadata"]["annotations"]["weave.io/nodes"].split(","))
             gpus = d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
-            assert gpus == topo.nodes[pinned[0]].gpus
+            assert gpus == str(topo.nodes[pinned[0]].gpus)
         for job in group.jobs:
             r = roll[f"{job.name}.roll.yaml"]
             assert sorted(rank_to_gpu[k] for k in ranks_of(r["actor_infer"]["device_mapping"])) == sorted(gpus_of(job, "rollout"))

@@ -78,11 +78,13 @@ def export_plan(plan: Plan, topo: Topology, target: str, out: Path,
         raise InputError(str(out), None, "exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     header = f"# weave plan export --to {target}: plan {options.plan_name} on topology {topo.name}\n"
+    explain = {"verl": verl.header, "roll": roll.header}.get(target)
     for name, content in data.items():
         path = out / name
         if name.endswith(".json"):
             path.write_text(json.dumps(content, indent=2) + "\n")
         else:
-            path.write_text(header + _yaml(content if isinstance(content, list) else [content]))
+            lines = "".join(f"# {line}\n" if line else "#\n" for line in explain(content)) if explain else ""
+            path.write_text(header + lines + _yaml(content if isinstance(content, list) else [content]))
         result.files.append(path)
     return result

@@ -2,7 +2,7 @@
 
 Weave gives a group whole nodes and time-shares their GPUs between the group's jobs, so a pod holds
 a whole node: ``replicas`` = the group's nodes in that pool, each pod requests all the node's GPUs
-(``nvidia.com/gpu``, request = limit), a required node affinity on ``kubernetes.io/hostname`` pins
+(``nvidia.com/gpu``, request = limit, written as quantity strings ``"8"``), a required node affinity on ``kubernetes.io/hostname`` pins
 the pods to exactly those nodes (Weave node ids are the Kubernetes node names), a required pod
 anti-affinity puts one pod per node, and ``nodeSelector: {pool: <cluster>}`` keeps them in their
 pool (nodes labelled ``pool=<cluster>``, as in the seed article). Labels name the plan, group, pool
@@ -81,7 +81,7 @@ def _deployment(plan_name: str, group: str, pool: str, nodes: list[str], jobs: l
                         "env": [{"name": "WEAVE_PLAN", "value": plan_name}, {"name": "WEAVE_GROUP", "value": group},
                                 {"name": "WEAVE_POOL", "value": pool},
                                 {"name": "WEAVE_JOBS", "value": ",".join(job_roles)}],
-                        "resources": {"requests": {GPU: gpus}, "limits": {GPU: gpus}},
+                        "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},  # quantities
                     }],
                 },
             },

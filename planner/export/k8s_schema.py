@@ -2,6 +2,8 @@
 an ``apps/v1`` Deployment or a ``batch/v1`` Job, and the GPU request rules, without a cluster.
 
 ``manifest_problems(doc)`` lists each problem as ``path: reason`` (empty when the manifest is fine).
+Resource quantities must be strings (``"8"``): the OpenAPI schema has them as int-or-string, but the
+official Python client's models (``V1ResourceRequirements``) take ``dict(str, str)`` and reject numbers.
 """
 
 from __future__ import annotations
@@ -92,8 +94,12 @@ def _container(c: Any, path: str, problems: list[str], need) -> None:
         return
     limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
     gpu = limits.get(GPU)
-    if not isinstance(gpu, int) or isinstance(gpu, bool) or gpu <= 0:
-        problems.append(f"{path}.resources.limits.{GPU}: required positive integer (got {gpu!r})")
+    if isinstance(gpu, (int, float)) and not isinstance(gpu, bool):
+        problems.append(f"{path}.resources.limits.{GPU}: a quantity is a string ({str(gpu)!r}, not {gpu!r}): the "
+                        "Kubernetes Python client's models reject numbers")
+    elif not isinstance(gpu, str) or not gpu.isdigit() or int(gpu) <= 0:
+        problems.append(f"{path}.resources.limits.{GPU}: required positive whole-number quantity string "
+                        f"such as '8' (got {gpu!r})")
     if GPU in requests and requests[GPU] != gpu:
         problems.append(f"{path}.resources.requests.{GPU}: must equal the limit for an extended resource")
 

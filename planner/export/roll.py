@@ -5,7 +5,9 @@
 contiguous, else as a list literal (ROLL #205: non-contiguous ranks trip its node arithmetic, so a
 warning says so). ``reference`` runs where ``actor_train`` does (ROLL requires it for partial GPU
 mode). The ranks assume ROLL's node order is the topology's: node rank = global rank //
-``num_gpus_per_node``.
+``num_gpus_per_node``; the file's header comment lists which ranks land on which node. ROLL reserves
+whole nodes for the ranks it is given: a job that holds only part of a node (Weave time-shares a
+node's GPUs between a group's jobs) gets a warning, since ROLL would claim the rest of that node.
 """
 
 from __future__ import annotations
@@ -22,6 +24,25 @@ def device_mapping(ranks: list[int]) -> str:
     return "[" + ", ".join(map(str, ranks)) + "]"
 
 
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else \
+        ",".join(map(str, ranks))
+
+
+def header(data: dict[str, Any]) -> list[str]:
+    """The comment lines at the top of the file: the keys ROLL reads, the operator's, the rank -> node map."""
+    place = data.get("weave_placement", {})
+    per_node = data.get("num_gpus_per_node")
+    lines = ["Keys ROLL reads: " + ", ".join(k for k in data if k != "weave_placement")
+             + " (merge them into the pipeline config).",
+             "Keys for the operator, not for ROLL: weave_placement - drop it before ROLL reads the file."]
+    if per_node:
+        lines.append(f"Ranks -> nodes: ROLL node rank = rank // num_gpus_per_node ({per_node}); in topology order:")
+        lines += [f"  ranks {first}-{first + per_node - 1} -> {node} (ROLL node {first // per_node})"
+                  for node, first in place.get("node_first_rank", {}).items()]
+    return lines
+
+
 def build(layout: JobLayout, topo: Topology, source: str, warnings: list[str]) -> dict[str, Any]:
     train = global_ranks(topo, layout.train)
     infer = global_ranks(topo, layout.rollout)
@@ -35,6 +56,16 @@ def build(layout: JobLayout, topo: Topology, source: str, warnings: list[str]) -
         data["num_gpus_per_node"] = per_node.pop()
     else:
         warnings.append(f"ROLL: topology {topo.name} mixes GPUs per node; num_gpus_per_node left out")
+    node_gpus = {**by_node(topo, layout.rollout)}
+    for node, idx in by_node(topo, layout.train).items():
+        node_gpus[node] = sorted(set(node_gpus.get(node, [])) | set(idx))
+    for node, idx in node_gpus.items():
+        have = topo.nodes[node].gpus
+        if len(idx) < have:
+            warnings.append(f"ROLL: job {layout.job} holds {len(idx)} of node {node}'s {have} GPUs (ranks "
+                            f"{_span([rank_offsets(topo)[node] + i for i in idx])}); ROLL reserves whole nodes "
+                            f"(node rank = rank // num_gpus_per_node), so it would claim all {have}, "
+                            f"{have - len(idx)} beyond what the plan holds")
     data["actor_train"] = {"device_mapping": device_mapping(train)}
     data["actor_infer"] = {"device_mapping": device_mapping(infer)}
     data["reference"] = {"device_mapping": device_mapping(train)}

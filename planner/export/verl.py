@@ -6,7 +6,8 @@ training pool) and, for a disaggregated job, ``rollout.nnodes`` / ``rollout.n_gp
 rollout and train share GPUs gets the hybrid engine and one pool. veRL has no config key for the
 pool spec itself (its split-placement example builds ``resource_pool_spec`` and ``mapping`` in
 Python), so those, with the nodes and CUDA device indices the plan pins, sit under
-``weave_placement`` for a launcher to read; drop that key before handing the file to Hydra.
+``weave_placement`` for a launcher to read; drop that key before handing the file to Hydra. The
+file's header comment says so and lists the keys veRL reads as ready-made overrides.
 veRL pools must be disjoint or identical (verl #3125): a partial overlap is an error.
 """
 
@@ -48,6 +49,19 @@ def build(layout: JobLayout, topo: Topology, source: str, warnings: list[str]) -
                                  for name, placed in pools.items()},
     }
     return data
+
+
+def header(data: dict[str, Any]) -> list[str]:
+    """The comment lines at the top of the file: which keys veRL reads and which are the operator's."""
+    keys = [f"{section}.{key}={value}".replace("True", "true").replace("False", "false")
+            for section, body in data.items() if section != "weave_placement" for key, value in body.items()]
+    return [
+        "Keys veRL reads (Hydra overrides of ppo_trainer.yaml or fully_async_ppo_trainer.yaml):",
+        "  " + " ".join(keys),
+        "Keys for the operator, not for veRL: weave_placement (resource_pool_spec, mapping, nodes,",
+        "  cuda_visible_devices) - veRL's struct config rejects unknown keys, so drop it before Hydra",
+        "  reads the file (e.g. yq 'del(.weave_placement)'), or pass only the overrides above.",
+    ]
 
 
 def _nodes_keys(layout: JobLayout, role: str, placed: dict[str, list[int]], warnings: list[str]) -> dict[str, int]:

@@ -64,7 +64,6 @@ def simulate(
     from weave_rl.planner.plan import POLICIES, load_plan
     from weave_rl.profiles.durations import parse_quantile
     from weave_rl.profiles.jobs import JobSet, load_jobs
-    from weave_rl.topology.presets import PRESETS
     from weave_rl.topology.topology import load_topology
     from weave_rl.planner.fit import require_jobs_fit
 
@@ -83,10 +82,13 @@ def simulate(
     if plan is not None and trace:
         raise InputError("<command line>", "--trace", "a trace plans its own arrivals: give --topology, not a PLAN")
     if topology is None:
-        if plan is None or plan.topology not in PRESETS:
+        from weave_rl.planner.plan import plan_topology_ref
+
+        topology = plan_topology_ref(plan, plan_file) if plan is not None else None
+        if topology is None:
             raise InputError("<command line>", "--topology",
-                             "required (the plan's topology is not a preset)" if plan else "required without a PLAN")
-        topology = plan.topology
+                             "required (the plan records no topology file and its topology is not a preset)"
+                             if plan else "required without a PLAN")
     topo = load_topology(topology)
     jobs = load_jobs(jobs_file, topo.gpu_types)
     require_jobs_fit(jobs, topo, str(jobs_file))

@@ -100,19 +100,23 @@ def plan_export(
     (placement groups, one bundle per node, with node and GPU ids).
     """
     from weave_rl.planner.export import EXPORTERS, ExportOptions, export_plan
-    from weave_rl.planner.plan import load_plan
+    from weave_rl.planner.plan import load_plan, plan_topology_ref
     from weave_rl.topology.topology import load_topology
 
     if target not in EXPORTERS:
         raise InputError("<command line>", "--to", f"unknown target {target!r} (targets: {', '.join(EXPORTERS)})")
     the_plan = load_plan(plan_file)
+    ref = topology or plan_topology_ref(the_plan, plan_file) or the_plan.topology
     try:
-        topo = load_topology(topology or the_plan.topology)
+        topo = load_topology(ref)
     except InputError as exc:
         if topology:
             raise
-        raise InputError(str(plan_file), "topology", f"cannot load the plan's topology {the_plan.topology!r} "
-                         f"({exc.reason}); give --topology") from None
+        key = "topology_source" if the_plan.topology_source else "topology"
+        raise InputError(str(plan_file), key, f"cannot load the plan's topology {ref!r} ({exc.reason}); "
+                         "give --topology") from None
+    if topo.name != the_plan.topology:
+        raise InputError(str(plan_file), "topology", f"plan is for {the_plan.topology!r}, topology is {topo.name!r}")
     options = ExportOptions(plan_name=plan_file.stem, image=image, namespace=namespace, source=str(plan_file))
     result = export_plan(the_plan, topo, target, out, options)
     for warning in result.warnings:
