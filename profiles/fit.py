@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from weave_rl.profiles.jobs import PHASES, JobSet, PhaseSpec, phase_to_data
 from weave_rl.profiles.records import validate_records
 from weave_rl.topology.catalog import GpuType
-from weave_rl.core.errors import Problems
+from weave_rl.core.errors import Problem, Problems
 
 KNOWN_PHASES = ("rollout", "train", "reward", "sync")
 
@@ -44,8 +44,8 @@ def fit_jobs(
 
     ``gpu_types``, when given, must know the GPU type of every rollout and train row.
     """
-    frame = validate_records(records, records_file)
-    _check_rows(frame, jobs, records_file, gpu_types)
+    frame = validate_records(records, records_file,
+                             check=lambda f: row_problems(f, jobs, records_file, gpu_types))
     fitted = []
     for job in jobs.jobs:
         updates = {}
@@ -94,13 +94,15 @@ def _reference_point(phase: PhaseSpec, rows: pd.DataFrame) -> tuple[int, str]:
     return int(gpus), str(gpu_type)
 
 
-def _check_rows(
+def row_problems(
     frame: pd.DataFrame, jobs: JobSet, file: str, gpu_types: Mapping[str, GpuType] | None
-) -> None:
-    """Every unknown phase, job and GPU type of the records, each value once with its rows."""
+) -> list[Problem]:
+    """Every unknown phase, job and GPU type of the records, each value once with its rows (numbered by
+    the frame's index)."""
     names = set(jobs.names)
     found: dict[tuple[str, str], list[int]] = {}
-    for row, (job, phase, gpu_type) in enumerate(zip(frame["job"], frame["phase"], frame["gpu_type"])):
+    for row, job, phase, gpu_type in zip(frame.index, frame["job"], frame["phase"], frame["gpu_type"]):
+        row = int(row)  # the frame's index is the row number (validate_records resets it)
         if phase not in KNOWN_PHASES:
             found.setdefault(("phase", phase), []).append(row)
         if job not in names:
@@ -119,4 +121,4 @@ def _check_rows(
             others = ", ".join(map(str, rows[1:10])) + (", ..." if len(rows) > 10 else "")
             reason += f"; also row{'s' if len(rows) > 2 else ''} {others} ({len(rows)} rows in all)"
         problems.add(f"row {rows[0]}.{column}", reason)
-    problems.raise_if_any()
+    return problems.items

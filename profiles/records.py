@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
-from weave_rl.core.errors import InputError, Problems
+from weave_rl.core.errors import InputError, Problem, Problems
 from weave_rl.core.yamlio import describe_os_error, max_input_bytes
 
+RowCheck = Callable[[pd.DataFrame], "list[Problem]"]
 RECORD_COLUMNS = ["job", "iteration", "phase", "gpus", "gpu_type", "start_s", "duration_s", "switch_s", "tokens"]
 STR_COLUMNS = ["job", "phase", "gpu_type"]
 INT_COLUMNS = ["iteration", "gpus"]
@@ -37,8 +38,9 @@ def records_frame(rows: Iterable[dict], file: str = "<records>") -> pd.DataFrame
     return validate_records(frame, file)
 
 
-def read_records(path: str | Path) -> pd.DataFrame:
-    """Read a ``.csv`` or ``.parquet`` records file and check it (``InputError`` on any problem)."""
+def read_records(path: str | Path, check: RowCheck | None = None) -> pd.DataFrame:
+    """Read a ``.csv`` or ``.parquet`` records file and check it (``InputError`` on any problem; ``check``
+    as in ``validate_records``)."""
     path = Path(path)
     file = str(path)
     kind = _kind(path)
@@ -63,7 +65,7 @@ def read_records(path: str | Path) -> pd.DataFrame:
             frame = pd.read_parquet(path)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise InputError(file, None, f"cannot read {kind} records: {exc}") from None
-    return validate_records(frame, file)
+    return validate_records(frame, file, check)
 
 
 def write_records(frame: pd.DataFrame, path: str | Path) -> None:
@@ -87,8 +89,13 @@ def write_records(frame: pd.DataFrame, path: str | Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def validate_records(frame: pd.DataFrame, file: str = "<records>") -> pd.DataFrame:
-    """Check the required columns and values and return a copy with clean dtypes."""
+def validate_records(frame: pd.DataFrame, file: str = "<records>", check: RowCheck | None = None) -> pd.DataFrame:
+    """Check the required columns and values and return a copy with clean dtypes.
+
+    ``check(frame)``, when given, adds the problems of the name columns (job, phase, gpu_type, as
+    strings) that only the caller can judge; it runs even when numeric columns are bad, so that
+    every problem of the file is reported at once.
+    """
     frame = frame.reset_index(drop=True).copy()
     problems = Problems(file)
     found = ", ".join(map(str, frame.columns)) or "none"
@@ -99,10 +106,12 @@ def validate_records(frame: pd.DataFrame, file: str = "<records>") -> pd.DataFra
         if column not in frame.columns:
             problems.add(column, f"required column is missing (columns: {found})")
     problems.raise_if_any()
+    named = pd.Series(True, index=frame.index)  # rows whose job, phase and GPU type are all given
     for column in STR_COLUMNS:
         values = frame[column]
         bad = values.isna() | (values.astype(str).str.strip() == "")
         _fail(problems, column, bad, values, "missing value")
+        named &= ~bad
         frame[column] = values.astype(str)
     numeric_ok: dict[str, pd.Series] = {}
     for column in INT_COLUMNS + FLOAT_COLUMNS:
@@ -137,6 +146,8 @@ def validate_records(frame: pd.DataFrame, file: str = "<records>") -> pd.DataFra
               ("tokens", lambda x: x < 0, "token count must be >= 0")]
     for column, test, reason in checks:
         _fail(problems, column, numeric_ok[column] & test(frame[column]), frame[column], reason)
+    if check is not None:
+        problems.extend(check(frame[named]))
     problems.raise_if_any()
     for column in INT_COLUMNS:
         frame[column] = frame[column].astype("int64")

@@ -132,7 +132,7 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
                                                        "records may name (default: the built-in catalog).")) -> None:
     """Refit job profiles from measured records (DESIGN 3.4)."""
     from weave_rl.core.errors import Problems
-    from weave_rl.profiles.fit import fit_jobs
+    from weave_rl.profiles.fit import fit_jobs, row_problems
     from weave_rl.profiles.jobs import load_jobs, save_jobs
     from weave_rl.profiles.records import read_records
     from weave_rl.topology.catalog import BUILTIN_GPU_TYPES
@@ -148,8 +148,9 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
     jobs = frame = None
     with problems.collect():
         jobs = load_jobs(jobs_file, catalog)
-    with problems.collect():
-        frame = read_records(records)
+    with problems.collect():  # the names in the records are checked against the jobs even beside bad numbers
+        check = (lambda f: row_problems(f, jobs, str(records), catalog)) if jobs is not None else None
+        frame = read_records(records, check)
     problems.raise_if_any()
     check_output_file(out, "--out")
     fitted = fit_jobs(frame, jobs, records_file=str(records), gpu_types=catalog)
