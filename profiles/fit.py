@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from weave_rl.profiles.jobs import PHASES, JobSet, PhaseSpec, phase_to_data
 from weave_rl.profiles.records import validate_records
 from weave_rl.topology.catalog import GpuType
-from weave_rl.core.errors import Problem, Problems
+from weave_rl.core.errors import InputError, Problem, Problems
 
 KNOWN_PHASES = ("rollout", "train", "reward", "sync")
 
@@ -52,7 +52,10 @@ def fit_jobs(
         for name in PHASES:
             rows = frame[(frame["job"] == job.name) & (frame["phase"] == name)]
             if len(rows):
-                updates[name] = _fit_phase(job.phase(name), rows)
+                try:
+                    updates[name] = _fit_phase(job.phase(name), rows)
+                except ValueError as exc:  # records that make no valid phase (checked records should not)
+                    raise InputError(records_file, f"job {job.name}.{name}", str(exc)) from None
         fitted.append(job.model_copy(update=updates) if updates else job)
     return JobSet(jobs=fitted)
 

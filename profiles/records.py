@@ -26,6 +26,8 @@ STR_COLUMNS = ["job", "phase", "gpu_type"]
 INT_COLUMNS = ["iteration", "gpus"]
 FLOAT_COLUMNS = ["start_s", "duration_s", "switch_s", "tokens"]
 OPTIONAL_COLUMNS = ["tokens"]  # may be absent from a file or a row: filled with NaN
+MAX_GPUS = 100_000  # as a jobs file allows
+MAX_DURATION_S = 1e8  # as profiles.durations allows
 RECORDS_SIZE_FACTOR = 128  # records may be far larger than a YAML input: 128 x its limit (1 GB by default)
 _NA = ["", "nan", "NaN", "NA", "N/A", "null", "None"]
 
@@ -140,8 +142,10 @@ def validate_records(frame: pd.DataFrame, file: str = "<records>", check: RowChe
         _fail(problems, column, fractional, numbers, "expected an integer")
         numeric_ok[column] &= ~fractional
     checks = [("gpus", lambda x: x <= 0, "expected a GPU count > 0"),
+              ("gpus", lambda x: x > MAX_GPUS, f"expected a GPU count <= {MAX_GPUS:,}"),
               ("iteration", lambda x: x < 0, "expected an iteration >= 0"),
               ("duration_s", lambda x: x <= 0, "duration must be > 0"),
+              ("duration_s", lambda x: x > MAX_DURATION_S, f"duration must be at most {MAX_DURATION_S:g} s"),
               ("switch_s", lambda x: x < 0, "switch time must be >= 0"),
               ("tokens", lambda x: x < 0, "token count must be >= 0")]
     for column, test, reason in checks:

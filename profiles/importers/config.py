@@ -70,4 +70,6 @@ def positive_int(config: Mapping[str, Any], key: str, file: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit() or int(value) <= 0:
         raise InputError(file, key, f"expected a positive integer (got {value!r})")
+    if int(value) > 100_000:
+        raise InputError(file, key, f"expected at most 100,000 GPUs (got {value!r})")
     return int(value)

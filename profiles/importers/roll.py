@@ -120,6 +120,9 @@ def job_name(config: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
+MAX_RANK = 1_000_000  # GPU ranks past any cluster: a typo, not a placement
+
+
 def device_mapping(value: Any, key: str, file: str) -> list[int] | None:
     """ROLL's ``device_mapping``: ``list(range(a,b[,s]))``, a list literal, or a YAML list (never eval'd)."""
     if value is None:
@@ -127,13 +130,18 @@ def device_mapping(value: Any, key: str, file: str) -> list[int] | None:
     if isinstance(value, str):
         match = _RANGE.match(value)
         if match:
-            a, b, s = match.group(1), match.group(2), match.group(3) or "1"
-            value = list(range(int(a), int(b), int(s)))
+            a, b, s = int(match.group(1)), int(match.group(2)), int(match.group(3) or "1")
+            if s == 0 or max(a, b) > MAX_RANK:
+                raise InputError(file, key, f"expected list(range(a,b[,s])) with a step > 0 and ranks up to "
+                                 f"{MAX_RANK:,} (got {value!r})")
+            value = list(range(a, b, s))
         else:
             try:
-                value = ast.literal_eval(value.strip())
-            except (ValueError, SyntaxError):
-                raise InputError(file, key, f"expected list(range(a,b)) or a list of GPU ranks (got {value!r})") from None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(r, int) and r >= 0 for r in value):
-        raise InputError(file, key, f"expected a list of GPU ranks >= 0 (got {value!r})")
+                value = ast.literal_eval(value.strip()[:100_000])
+            except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+                raise InputError(file, key, f"expected list(range(a,b)) or a list of GPU ranks (got {value[:80]!r})") from None
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and 0 <= r <= MAX_RANK for r in value):
+        shown = repr(value)
+        raise InputError(file, key, f"expected a list of GPU ranks >= 0 (got {shown[:80] + ('...' if len(shown) > 80 else '')})")
     return list(value)
