@@ -41,9 +41,18 @@ change in any backend. Metric families (all prefixed ``weave_``):
 - ``weave_sim_time_seconds`` gauge: the controller's clock (simulated or wall time of the backend).
 
 Threads: records and events are read by slicing append-only lists, under a lock, from either the
-controller's thread (hooks) or the scrape thread. Gauges that walk the controller's queues are only
-refreshed from the controller's thread (at most every ``state_every_s`` wall seconds, and whenever a
-job finishes), never during a scrape, so a scrape cannot see a dict changing size.
+controller's thread (hooks) or the scrape thread. The state gauges (queue depths, idle ratios, what
+is held, the clock) are current at scrape time: every scrape refreshes them from the controller
+first (``ControllerMonitor.scrape``), so a fast simulation's first scrape never shows zeros next to
+hundreds of iterations. Their inputs are copied (``list(dict.items())`` holds the GIL throughout for
+the controller's str/tuple keys) and a refresh that still meets a structure changing under it keeps
+the previous values and is retried by the next scrape; the controller's thread also refreshes them
+(at most every ``state_every_s`` wall seconds, and whenever a job finishes).
+
+After the run: ``MetricsServer.linger(seconds)`` (``--metrics-linger S`` of ``weave simulate`` and
+``weave run``, default ``DEFAULT_LINGER_S`` = 75 s, more than Prometheus' default 1-minute scrape
+interval) keeps the endpoint up with the final values until one scrape has read them or the time is
+over, whichever comes first; 0 closes it with the run.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ from weave_rl.core.errors import InputError
 PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 1200, 3600, float("inf"))
 SHORT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, float("inf"))
 PLAN_EVENTS = ("switch", "admit")
+DEFAULT_LINGER_S = 75.0  # > Prometheus' default scrape_interval (1 min): one scrape sees the final values
 
 
 def reason_kind(reason: str) -> str:
@@ -93,12 +103,13 @@ class ControllerMonitor:
         self.state_every_s = state_every_s
         self._clock = clock
         self._lock = threading.Lock()
+        self._state_lock = threading.Lock()  # one state refresh at a time (controller thread vs scrape)
         self._records = 0  # cursors into controller.records / controller.events
         self._events = 0
         self._last_state = -float("inf")
         self._busy: dict[str, float] = {}  # cluster -> compute GPU-s of finished phases
         self._switch: dict[str, float] = {}
-        self.registry.register(_Poll(self.poll))  # first, so that a scrape sees fresh values
+        self.registry.register(_Poll(self.scrape))  # first, so that a scrape sees fresh values
         r = self.registry
         self.phase_s = Histogram("weave_phase_duration_seconds", "Measured duration of a phase (record duration_s).",
                                  ["job", "phase"], buckets=PHASE_BUCKETS, registry=r)
@@ -121,6 +132,7 @@ class ControllerMonitor:
         self.iterations = Counter("weave_iterations", "Completed iterations (sync done).", ["job"], registry=r)
         self.worker_deaths = Counter("weave_worker_deaths", "Worker processes (or actors) that died and were "
                                      "restarted by a real-worker backend.", ["gpu"], registry=r)
+        self.scrapes = 0  # scrapes served (each refreshes the gauges first)
         self._worker_events: list[dict] | None = None  # a real backend's event list (follow_worker_events)
         self._worker_seen = 0
         self.clock_s = Gauge("weave_sim_time_seconds", "The controller's clock.", registry=r)
@@ -155,6 +167,16 @@ class ControllerMonitor:
         local and Ray backends restart a dead worker themselves, below the controller."""
         with self._lock:
             self._worker_events, self._worker_seen = events, 0
+
+    def scrape(self) -> None:
+        """What each scrape does before the registry is read: new records and events, then the state
+        gauges (see module doc on threads)."""
+        self.poll()
+        try:
+            self.refresh_state()
+        except (RuntimeError, KeyError, IndexError, ValueError):  # a structure changed under the copy
+            pass  # the previous values stay; the next scrape (or the controller's own refresh) retries
+        self.scrapes += 1
 
     # ----- incremental reads ----------------------------------------------------------------------
     def poll(self) -> None:
@@ -196,16 +218,21 @@ class ControllerMonitor:
         self._switch[cluster] = self._switch.get(cluster, 0.0) + float(row.get("switch_gpu_s", 0.0))
         self.busy.labels(cluster, phase).inc(busy)
 
-    # ----- state gauges (controller thread only) ----------------------------------------------------
+    # ----- state gauges (controller thread, and each scrape) ----------------------------------------
     def refresh_state(self) -> None:
         """Queue depths, idle ratios and what is held, read from the controller now."""
+        with self._state_lock:
+            self._refresh_state()
+
+    def _refresh_state(self) -> None:
         self._last_state = self._clock()
         c = self.controller
         now = c.now
-        self.clock_s.set(now)
-        for node, depth in queue_depths(c).items():
-            self.queue_depth.labels(node).set(depth)
+        depths = queue_depths(c)
         held = held_stats(c, now)["held_gpu_s"]
+        self.clock_s.set(now)
+        for node, depth in depths.items():
+            self.queue_depth.labels(node).set(depth)
         with self._lock:
             for cluster, gpu_s in held.items():
                 if gpu_s > 0:
@@ -220,14 +247,16 @@ class ControllerMonitor:
 
 def queue_depths(controller: Controller) -> dict[str, int]:
     """Per node: distinct phase instances in its GPUs' FIFO queues that may run and have not started."""
-    started = {key for key, run in controller.runs.items() if run.permitted}
+    # Copies first (list() of a dict or list holds the GIL throughout): a scrape thread may call this
+    # while the controller's thread runs.
+    started = {key for key, run in list(controller.runs.items()) if run.permitted}
     per_node: dict[str, set] = {}
-    for gpu, queue in controller.queues.items():
+    for gpu, queue in list(controller.queues.items()):
         keys = per_node.setdefault(node_of(gpu), set())
-        keys.update(queue.front)
+        keys.update(list(queue.front))
         # GpuQueue keeps one heap entry per (job, phase) stream: its next instance. Reading the heap
         # here avoids a new method in executor.queues for a read-only view.
-        for entry in getattr(queue, "_heap", ()):
+        for entry in list(getattr(queue, "_heap", ())):
             job, phase, k = entry[1], entry[2], entry[3]
             st = controller.state.get(job)
             if st is not None and k < st.limit and st.done.get(phase, -1) < k:
@@ -249,6 +278,23 @@ class MetricsServer:
         host = f"[{self.addr}]" if ":" in self.addr else self.addr
         return f"http://{host}:{self.port}/metrics"
 
+    def linger(self, seconds: float, *, until_scraped: bool = True, poll_s: float = 0.05) -> float:
+        """Keep serving after the run: the gauges are refreshed to the final state, then this waits
+        ``seconds`` or, with ``until_scraped``, until one scrape has read the final values (whichever
+        comes first). Returns the seconds waited. Ctrl-C ends the wait."""
+        self.monitor.poll()
+        self.monitor.refresh_state()
+        seen = self.monitor.scrapes
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < seconds:
+                if until_scraped and self.monitor.scrapes > seen:
+                    break
+                time.sleep(min(poll_s, max(0.0, seconds - (time.monotonic() - start))))
+        except KeyboardInterrupt:
+            pass
+        return time.monotonic() - start
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -266,6 +312,17 @@ def start_metrics_server(target: Controller | ControllerMonitor, port: int, addr
 
 
 Setup = Callable[..., None]  # (controller, backend) -> None, as simulate_plan and run_trace take it
+
+
+def linger_and_close(servers: list[MetricsServer], seconds: float,
+                     announce: Callable[[str], None] | None = None) -> None:
+    """What ``weave simulate`` / ``weave run`` do after writing their outputs (``--metrics-linger``)."""
+    for server in servers:
+        if seconds > 0 and announce is not None:
+            announce(f"metrics stay on {server.url} for up to {seconds:g} s, until one scrape has read the "
+                     "final values (--metrics-linger)")
+        server.linger(seconds)
+        server.close()
 
 
 def metrics_setup(port: int, setup: Setup | None = None, *, addr: str = "127.0.0.1",

@@ -151,8 +151,9 @@ def test_simulate_metrics_port_serves_and_a_taken_port_is_one_line_exit_2(tmp_pa
     topo_file, jobs_file = EXAMPLES["micro-a.yaml"]
     args = ["simulate", str(PLANS / "micro-a.yaml"), "--jobs", str(jobs_file), "--topology", str(topo_file),
             "--iterations", "2", "--no-plots", "--json", "--out", str(tmp_path / "run")]
-    assert main([*args, "--metrics-port", "0"]) == 0
-    assert "metrics on http://127.0.0.1:" in capsys.readouterr().err
+    assert main([*args, "--metrics-port", "0", "--metrics-linger", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "metrics on http://127.0.0.1:" in err and "metrics stay on" not in err  # 0: closed with the run
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -160,3 +161,89 @@ def test_simulate_metrics_port_serves_and_a_taken_port_is_one_line_exit_2(tmp_pa
         assert main([*args, "--metrics-port", str(port)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"--metrics-port: cannot serve on 127.0.0.1:{port}" in err and "\n" not in err
+
+
+def test_state_gauges_are_current_at_scrape_time():
+    """The controller's own refresh is off (state_every_s huge): a scrape mid-run must still show the
+    clock, the GPUs held and the queues of that moment, not the zeros of the monitor's start."""
+    plan, t, jobs = micro_a()
+    seen = []
+
+    def setup(controller, _backend):
+        monitor = ControllerMonitor(controller, state_every_s=1e9)
+        server = start_metrics_server(monitor, 0)
+
+        def on_iteration(job, k, _t):
+            if job == "A1" and k == 2 and not seen:
+                seen.append((controller.now, scrape(server.url)))
+                server.close()
+        controller.on_iteration.append(on_iteration)
+
+    simulate_plan(plan, t, jobs, iterations=4, rules=ElasticRules.off(), setup=setup)
+    now, families = seen[0]
+    assert now > 0
+    assert value(families, "weave_sim_time_seconds") == pytest.approx(now)
+    assert value(families, "weave_gpus_held", cluster="rollout") == 8  # micro-a: 8 H20 + 8 H800 held
+    assert value(families, "weave_gpus_held", cluster="train") == 8
+    assert value(families, "weave_iterations_total", job="A1") == 3  # iterations 0, 1, 2 of A1 done
+    assert 0 < value(families, "weave_pool_idle_ratio", cluster="train") < 1
+
+
+def test_linger_waits_for_one_scrape_of_the_final_values_or_the_time():
+    import threading
+    import time
+
+    plan, t, jobs = micro_a()
+    servers = []
+    result = simulate_plan(plan, t, jobs, iterations=3, rules=ElasticRules.off(),
+                           setup=lambda c, _b: servers.append(start_metrics_server(c, 0)))
+    server = servers[0]
+    try:
+        assert server.linger(0.3, until_scraped=True) == pytest.approx(0.3, abs=0.25)  # nobody scrapes: the time
+        waited, got = [], []
+        thread = threading.Thread(target=lambda: waited.append(server.linger(30)))
+        thread.start()
+        time.sleep(0.3)
+        got.append(scrape(server.url))
+        thread.join(timeout=10)
+        assert waited and waited[0] < 5  # ended by the scrape, not by the 30 s
+        final = got[0]
+        assert value(final, "weave_sim_time_seconds") == pytest.approx(result.controller.now)
+        assert value(final, "weave_iterations_total", job="A1") == 3
+        assert value(final, "weave_phase_duration_seconds_count") == len(result.controller.records)
+    finally:
+        server.close()
+
+
+def test_simulate_metrics_linger_keeps_the_endpoint_until_scraped(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topo_file, jobs_file = EXAMPLES["micro-a.yaml"]
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "weave_rl.cli.app", "simulate", str(PLANS / "micro-a.yaml"),
+                             "--jobs", str(jobs_file), "--topology", str(topo_file), "--iterations", "5",
+                             "--no-plots", "--out", str(tmp_path / "run"), "--metrics-port", str(port),
+                             "--metrics-linger", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    last = None
+    try:
+        while proc.poll() is None and time.monotonic() - start < 120:
+            try:
+                last = scrape(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                pass
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "metrics stay on" in err and "--metrics-linger" in err
+    assert time.monotonic() - start < 50  # ended by our scrape after the run, not by the 60 s
+    # the last scrape read the final values: all 5 iterations of both jobs
+    assert value(last, "weave_iterations_total", job="A1") == 5 and value(last, "weave_iterations_total", job="A2") == 5

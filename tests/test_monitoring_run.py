@@ -59,7 +59,7 @@ def test_metrics_endpoint_during_a_real_run(tmp_path):
                                      "--iterations", "60", "--no-replan", "--no-plots", "--out", str(tmp_path / "run"),
                                      "--metrics-port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    during = None
+    during = last = None
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
@@ -69,6 +69,10 @@ def test_metrics_endpoint_during_a_real_run(tmp_path):
                 break
             time.sleep(0.2)
         running = proc.poll() is None  # the scrape above happened while the workers were running
+        # --metrics-linger (default 75 s): the endpoint outlives the run until one scrape reads the final values
+        while time.monotonic() < deadline and proc.poll() is None:
+            last = scrape(port) or last
+            time.sleep(0.3)
         out, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -81,5 +85,7 @@ def test_metrics_endpoint_during_a_real_run(tmp_path):
     # Both jobs' phases are in the histogram, by job and phase.
     assert 'weave_phase_duration_seconds_count{job="A",phase="rollout"}' in during
     assert 'weave_gpus_held{cluster="local"} 2.0' in during
+    assert "metrics stay on" in out
+    assert 'weave_iterations_total{job="A"} 60.0' in last and 'weave_iterations_total{job="B"} 60.0' in last
     with pytest.raises(OSError):  # the server went away with the run
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)

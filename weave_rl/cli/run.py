@@ -106,6 +106,9 @@ def run(
                                                  "(a hung or stopped process)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
                                                help="Serve Prometheus metrics on 127.0.0.1:PORT during the run."),
+    metrics_linger: float = typer.Option(75.0, "--metrics-linger", min=0.0, max=86400.0,
+                                         help="With --metrics-port: keep serving the final values up to S seconds "
+                                              "after the run, until one scrape has read them (0: close with the run)."),
 ) -> None:
     """Run a plan on local workers: weave run PLAN --jobs J --out DIR [--map SPEC], or --resume DIR.
     With --backend ray [--address auto|HOST:PORT] the workers are Ray actors."""
@@ -169,11 +172,12 @@ def run(
     from weave_rl.executor.local.run import DriftOptions, run_plan_local
 
     setup = None
+    servers: list = []  # the --metrics-port server, closed after --metrics-linger
     if metrics_port is not None:
         from weave_rl.executor.monitoring import metrics_setup
 
         setup = metrics_setup(metrics_port, announce=lambda url: err_console.print(f"metrics on {url}",
-                                                                                   highlight=False))
+                                                                                   highlight=False), servers=servers)
 
     if backend == "ray":
         from weave_rl.executor.ray_backend.run import runner
@@ -210,8 +214,12 @@ def run(
         "drift_threshold": drift_threshold if replan else None, "plan_checked": not no_check})
     if as_json:
         print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
-        return
-    _summary(data, result, out)
+    else:
+        _summary(data, result, out)
+    if servers:
+        from weave_rl.executor.monitoring import linger_and_close
+
+        linger_and_close(servers, metrics_linger, lambda text: err_console.print(text, highlight=False))
 
 
 def _run_failed(exc: BaseException, out: Path, *, internal: bool) -> None:

@@ -53,6 +53,9 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535,
                                                help="Serve Prometheus metrics on 127.0.0.1:PORT during the run."),
+    metrics_linger: float = typer.Option(75.0, "--metrics-linger", min=0.0, max=86400.0,
+                                         help="With --metrics-port: keep serving the final values up to S seconds "
+                                              "after the run, until one scrape has read them (0: close with the run)."),
 ) -> None:
     """Simulate a plan: weave simulate PLAN --jobs J --out DIR, or --topology T --jobs J [--trace]."""
     from weave_rl.executor.config import ElasticRules
@@ -123,6 +126,7 @@ def simulate(
         raise InputError("<command line>", "--link-policy", f"expected deadline or fair, got {link_policy!r}")
     model = _sim_model(plan.elastic if plan is not None else {}, not no_link_sharing, link_policy)
     progress, bar = _progress(not as_json)
+    servers: list = []  # the --metrics-port server, closed after --metrics-linger
 
     def online(base_jobs: JobSet, base_plan, q_plan):
         try:
@@ -150,7 +154,7 @@ def simulate(
                                                             time_limit_s=time_limit, threads=threads)
             jobs_for_trace = JobSet(jobs=[j if j.iterations else j.model_copy(update={"iterations": iterations})
                                           for j in jobs.jobs])
-            setup = _metrics(metrics_port, setup)
+            setup = _metrics(metrics_port, setup, servers)
             result = run_trace(topo, jobs_for_trace, planner, seed=seed, rules=rules, model=model, drift=injector,
                                faults=faults, reopt_every_s=reopt_every, migration_cost_s=migration_cost,
                                reopt_time_limit_s=time_limit, threads=threads, progress=progress, setup=setup)
@@ -178,7 +182,7 @@ def simulate(
                 def setup(controller, _backend):
                     controller.extra_drift = DriftReplanner(controller, planner, migration_cost_s=migration_cost,
                                                             time_limit_s=time_limit, threads=threads)
-            setup = _metrics(metrics_port, setup)
+            setup = _metrics(metrics_port, setup, servers)
             result = simulate_plan(plan, topo, jobs, iterations=iterations, seed=seed, rules=rules, model=model,
                                    drift=injector, faults=faults, progress=progress, setup=setup)
     finally:
@@ -210,8 +214,12 @@ def simulate(
                           cycle_hint=max(cycles) if cycles else None, marks=marks[:50])
     if as_json:
         print_json({k: v for k, v in _json_safe(data).items() if k not in ("per_job", "log")})
-        return
-    _summary(data, out, len(paths))
+    else:
+        _summary(data, out, len(paths))
+    if servers:
+        from weave_rl.executor.monitoring import linger_and_close
+
+        linger_and_close(servers, metrics_linger, lambda text: err_console.print(text, highlight=False))
 
 
 def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline"):
@@ -233,12 +241,13 @@ def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline")
                     link_policy=link_policy)
 
 
-def _metrics(port: Optional[int], setup):
+def _metrics(port: Optional[int], setup, servers: Optional[list] = None):
     if port is None:
         return setup
     from weave_rl.executor.monitoring import metrics_setup
 
-    return metrics_setup(port, setup, announce=lambda url: err_console.print(f"metrics on {url}", highlight=False))
+    return metrics_setup(port, setup, announce=lambda url: err_console.print(f"metrics on {url}", highlight=False),
+                         servers=servers)
 
 
 def _rules(plan, plan_file):
