@@ -36,6 +36,8 @@ def load_config(path: Path | None) -> dict:
         text = read_text_file(path, "JSON config")  # size, encoding and read errors name the file
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise InputError(str(path), None, "cannot read JSON config: nested too deeply") from None
         except json.JSONDecodeError as exc:
             raise InputError(str(path), None, f"cannot read JSON config: {exc}") from None
     else:

@@ -194,6 +194,8 @@ def read_steps(path: Path, console: LineParser, console_name: str,
                     data = json.loads(stripped)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"malformed JSON: {exc.msg}") from None
+                except RecursionError:
+                    raise ValueError("JSON nested too deeply") from None
                 if not isinstance(data, dict):
                     raise ValueError("JSON line is not an object")
                 step, metrics = flat_metrics(data)
@@ -205,6 +207,9 @@ def read_steps(path: Path, console: LineParser, console_name: str,
                     continue
                 step, metrics = parsed
                 kind = "console"
+        except RecursionError:  # metrics nested past Python's stack (flattening them)
+            outcome[number_] = "metrics nested too deeply"
+            continue
         except ValueError as exc:
             before = outcome.get(number_, "not ")
             if before is not None and before.startswith("not "):

@@ -62,6 +62,8 @@ def parse_console(line: str) -> tuple[int, dict[str, float]] | None:
         data = json.loads(rest.strip())
     except json.JSONDecodeError as exc:
         raise ValueError(f"malformed metrics_tag JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("metrics_tag JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("metrics_tag is not a JSON object")
     return flat_metrics(data)
