@@ -43,6 +43,8 @@ def _saved_inputs(folder: Path) -> dict:
         saved = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(name, None, f"not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise InputError(name, None, "not valid JSON: nested too deeply") from None
     if not isinstance(saved, dict):
         raise InputError(name, None, f"expected a JSON object of the run's inputs (got {type(saved).__name__})")
     problems = Problems(name)
