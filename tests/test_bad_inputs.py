@@ -715,3 +715,16 @@ def test_resume_on_a_full_disk_says_so_before_anything_starts(tmp_path, capsys, 
     err = capsys.readouterr().err.strip()
     assert err == f"error: <command line>: --resume: cannot write in folder {run}: no space left on device", err
     assert sorted(p.name for p in run.iterdir()) == ["run.json"]
+
+
+def test_hundreds_of_problems_are_all_listed_up_to_the_cap(tmp_path, capsys) -> None:
+    from weave_rl.core.errors import MAX_SHOWN
+
+    path = tmp_path / "j.yaml"
+    path.write_text(jobs_yaml(*[job(name=f"J{i}", rollout__gpus=0) for i in range(MAX_SHOWN + 20)]))
+    assert main(["jobs", "show", str(path)]) == 2
+    lines = capsys.readouterr().err.rstrip("\n").split("\n")
+    assert lines[0] == f"error: {path}: {MAX_SHOWN + 20} problems"
+    assert lines[1].startswith("  jobs[0].rollout.gpus: Input should be greater than 0")
+    assert lines[MAX_SHOWN].startswith(f"  jobs[{MAX_SHOWN - 1}].rollout.gpus: ")
+    assert lines[-1] == "  ... and 20 more problems not shown" and len(lines) == MAX_SHOWN + 2

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-MAX_SHOWN = 200  # problems printed in full; the rest are counted
+MAX_SHOWN = 500  # problems printed in full (one line each); past that, counted
 
 
 @dataclass(frozen=True)
