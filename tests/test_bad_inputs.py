@@ -728,3 +728,29 @@ def test_hundreds_of_problems_are_all_listed_up_to_the_cap(tmp_path, capsys) -> 
     assert lines[1].startswith("  jobs[0].rollout.gpus: Input should be greater than 0")
     assert lines[MAX_SHOWN].startswith(f"  jobs[{MAX_SHOWN - 1}].rollout.gpus: ")
     assert lines[-1] == "  ... and 20 more problems not shown" and len(lines) == MAX_SHOWN + 2
+
+
+def test_atomic_write_names_a_full_disk_and_leaves_no_temporary_file(tmp_path, monkeypatch) -> None:
+    """What executors need for checkpoints and shards: torch reports a full disk as
+    ``RuntimeError: basic_ios::clear``; atomic_write asks the file system and says ENOSPC."""
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    import weave_rl.core.yamlio as yamlio
+
+    def torch_like(tmp):
+        tmp.write_bytes(b"half a checkpoint")
+        raise RuntimeError("basic_ios::clear: iostream error")
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda p: usage(10**9, 10**9, 0))
+    with pytest.raises(OSError) as info:
+        yamlio.atomic_write(tmp_path / "ckpt.pt", torch_like)
+    assert info.value.errno == errno.ENOSPC and "ckpt.pt" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda p: usage(10**9, 0, 10**9))
+    with pytest.raises(RuntimeError, match="basic_ios"):  # not a full disk: the writer's own error
+        yamlio.atomic_write(tmp_path / "ckpt.pt", torch_like)
+    assert list(tmp_path.iterdir()) == []
+    yamlio.atomic_write(tmp_path / "ckpt.pt", lambda tmp: tmp.write_bytes(b"ok"))
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"] and (tmp_path / "ckpt.pt").read_bytes() == b"ok"

@@ -14,9 +14,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -167,6 +168,47 @@ def write_text_file(path: str | Path, text: str) -> Path:
             except OSError:
                 pass
     return path
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any], *, min_free_bytes: int = 1 << 20) -> Path:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it into place.
+
+    On any failure the temporary file is removed. A failure on a full disk is raised as
+    ``OSError(ENOSPC, "No space left on device", path)`` even when the writer hid the cause (torch's
+    ``basic_ios::clear: iostream error`` is a RuntimeError): the file system is asked for its free
+    space. Other errors propagate as they are. For executors saving checkpoints and sample shards.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or _nearly_full(path, min_free_bytes):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path)) from exc
+        raise
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _nearly_full(path: Path, min_free_bytes: int) -> bool:
+    for folder in [path.parent, *path.parent.parents]:
+        if folder.exists():
+            try:
+                return shutil.disk_usage(folder).free < min_free_bytes
+            except OSError:
+                return False
+    return False
 
 
 def describe_os_error(exc: OSError, with_file: bool = False) -> str:
