@@ -106,6 +106,13 @@ def test_plan_records_its_topology_and_export_and_simulate_find_it(tmp_path):
 
     _, topo, _ = load_run_inputs(work / "plans" / "a.yaml", work / "inputs" / "micro-a.jobs.yaml", None, check=False)
     assert topo.name == "micro-a"
+    # the online planner's new plan (here: another folder) records the topology relative to itself
+    proc = weave("plan", "replan", "plans/a.yaml", "-j", "inputs/micro-a.jobs.yaml", "-o", "later/x/b.yaml",
+                 "--time-limit", "20", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert load_plan(work / "later" / "x" / "b.yaml").topology_source == "../../inputs/micro-a.topology.yaml"
+    proc = weave("plan", "export", str(work / "later" / "x" / "b.yaml"), "--to", "roll", "-o", str(tmp_path / "roll"))
+    assert proc.returncode == 0, proc.stderr
     # the recorded file gone: one line naming the key, exit 2
     (work / "inputs" / "micro-a.topology.yaml").unlink()
     proc = weave("plan", "export", str(work / "plans" / "a.yaml"), "--to", "ray", "-o", str(tmp_path / "ray"))

@@ -264,6 +264,11 @@ def _write_online(result, topo, jobs, out: Optional[Path], as_json: bool, title:
     result = Plan.model_validate(result.model_dump())
     violations = check_plan(result, topo, jobs)
     if out is not None:
+        from weave_rl.planner.plan import topology_source_for
+
+        # the new plan records the topology it was made on, relative to its own folder
+        source = topo.source.removeprefix("preset ")
+        result = result.model_copy(update={"topology_source": topology_source_for(source, out)})
         save_plan(result, out)
     if as_json:
         print_json(plan_to_data(result))
