@@ -217,6 +217,8 @@ def plan(ctx: typer.Context,
     if out is not None and out.is_dir():
         check_output_file(out, "--out")
     topo, jobs, previous = _load_inputs(topology, jobs_file, start)
+    if previous is not None:
+        _require_plan_on(previous, topo, start)
     if out is not None:  # before the solver's minutes, after the inputs (no folder made for bad inputs)
         check_output_file(out, "--out")
     with err_console.status(f"planning {len(jobs.jobs)} jobs ({policy}, {objective})...") as status:
@@ -254,6 +256,7 @@ def _online(plan_file: Path, topology: Optional[str], jobs_file: Path, max_group
     the_plan = load_plan(plan_file)
     topo = load_topology(topology or plan_topology_ref(the_plan, plan_file) or the_plan.topology)
     jobs = load_jobs(jobs_file, topo.gpu_types)
+    _require_plan_on(the_plan, topo, plan_file)
     return OnlinePlanner(topo, jobs, the_plan, max_group_size=max_group_size, source=str(plan_file)), topo, jobs
 
 
@@ -431,6 +434,22 @@ def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
                              for u in use]))
     if out is not None:
         console.print(f"wrote {out}")
+
+
+def _require_plan_on(the_plan, topo, plan_file) -> None:
+    """An ``InputError`` listing why ``the_plan`` cannot be used on ``topo``: another topology's name,
+    and every node and GPU the topology does not have."""
+    from weave_rl.planner.plan import topology_problems
+
+    problems = []
+    if the_plan.topology != topo.name:
+        from weave_rl.core.errors import Problem
+
+        problems.append(Problem(str(plan_file), "topology", f"plan is for {the_plan.topology!r}, the topology given "
+                                f"is {topo.name!r}"))
+    problems += topology_problems(the_plan, topo, str(plan_file))
+    if problems:
+        raise InputError.many(problems)
 
 
 def _load_inputs(topology: str, jobs_file: Path, plan_file: Optional[Path] = None):
