@@ -143,6 +143,15 @@ def test_config_precedence_and_the_hybrid_engine(tmp_path):
     assert import_framework_log("verl", log, H800).placement.rollout_gpus == 8  # a 0-node pool is no pool
 
 
+def test_an_unexpanded_shell_variable_is_no_gpu_count(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("+ python3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=$GPUS_PER_NODE trainer.nnodes=$NNODES\n"
+                   "python3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=4 trainer.nnodes=2\n"
+                   "step:1 - timing_s/gen:10 - timing_s/update_actor:5\n")
+    r = import_framework_log("verl", log, H800)
+    assert r.placement.train_gpus == 8 and r.config_file == "the command line at line 2"  # 2 x 4, line 1 says nothing
+
+
 def test_no_gpu_count_anywhere_names_every_place_looked(tmp_path):
     log = tmp_path / "run.log"
     log.write_text("python3 -m verl.trainer.main_ppo trainer.total_epochs=3\nstep:1 - timing_s/gen:10 - timing_s/update_actor:5\n")

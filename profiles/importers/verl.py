@@ -135,9 +135,11 @@ def configs_in_log(lines: list[tuple[int, str]]) -> list[tuple[dict, str]]:
     if dump is not None:
         found.append(dump)
     for number_, line in lines:
-        overrides = dict(m.groups() for m in _OVERRIDE.finditer(line))
+        overrides = {k: v.strip("'\"") for k, v in (m.groups() for m in _OVERRIDE.finditer(line))}
+        # a count that is not a number ("$GPUS" echoed by a script before expansion) says nothing
+        overrides = {k: v for k, v in overrides.items() if not k.endswith(("nnodes", "n_gpus_per_node")) or v.isdigit()}
         if any(k.startswith("trainer.") and k != "trainer.experiment_name" for k in overrides):
-            config: dict[str, Any] = {k: v.strip("'\"") for k, v in overrides.items()}
+            config: dict[str, Any] = dict(overrides)
             if "trainer.n_gpus_per_node" in config:
                 config.setdefault("trainer.nnodes", "1")  # veRL's default (ppo_trainer.yaml)
             found.append((config, f"the command line at line {number_}"))
@@ -163,7 +165,8 @@ def _printed_config(lines: list[tuple[int, str]]) -> tuple[dict, str] | None:
             if depth <= 0:
                 break
         data = python_literal("\n".join(chunk))
-        if isinstance(data, dict) and isinstance(data.get("trainer"), dict) and "n_gpus_per_node" in data["trainer"]:
+        trainer = data.get("trainer") if isinstance(data, dict) else None
+        if isinstance(trainer, dict) and isinstance(trainer.get("n_gpus_per_node"), int):
             return data, f"the config printed at line {number_}"
         i = max(j, i + 1)
     return None
