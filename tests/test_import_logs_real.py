@@ -177,6 +177,8 @@ def test_cli_import_without_config_equals_with_it(tmp_path):
                      "--gpu-type", "H800", *extra)
         assert proc.returncode == 0, proc.stderr
         assert "imported 3 steps of job qwen2_7b_grpo" in proc.stdout and "16 x H800" in proc.stdout
+        where = str(config) if extra else "the config printed at line 2"
+        assert f"GPU counts from {where}" in proc.stdout.replace("\n", "")
         outs.append(pd.read_csv(out))
     pd.testing.assert_frame_equal(outs[0], outs[1])
     assert len(outs[0]) == 6

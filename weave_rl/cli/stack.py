@@ -79,7 +79,8 @@ def profile_import(
         return
     console.print(f"imported {summary['steps']} steps of job {result.job} from {log} ({result.log_format}): "
                   f"rollout {p.rollout_gpus} x {p.rollout_gpu_type}, train {p.train_gpus} x {p.train_gpu_type}; "
-                  f"{counts['rollout']} rollout, {counts['train']} train, {counts['sync']} sync rows; wrote {out}",
+                  f"{counts['rollout']} rollout, {counts['train']} train, {counts['sync']} sync rows"
+                  f"{'; GPU counts from ' + result.config_file if result.config_file else ''}; wrote {out}",
                   highlight=False, soft_wrap=True)
 
 
