@@ -92,6 +92,18 @@ def test_example_job_plans_runs_and_fits(tmp_path, example_plan):
         assert spec[job].workload["kind"] == "digit_policy:LargestDigit"  # the job stays the user's
 
 
+    # The run folder keeps the jobs as checked: the dataset path is absolute, so a --resume (which
+    # reads only the run folder) finds the example's prompts file.
+    from weave_rl.profiles.jobs import load_jobs as load
+
+    kept = load(out / "jobs.yaml")
+    for job in JOBS:
+        assert kept[job].workload["dataset"] == str((EXAMPLE / "prompts.jsonl").resolve())
+    again = weave("run", "--resume", "run", "--no-plots", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"every job had already finished its {N} iterations" in again.stdout
+
+
 def hand_plan(folder: Path) -> Path:
     """The two-job round-robin plan of the local run tests, for the example's job names."""
     from tests.test_local_run import PLAN

@@ -271,3 +271,10 @@ def test_failing_reward_stops_the_run_with_the_reason(tmp_path):
     assert ("RewardError: reward bad_reward:score returned {'r': 1} (dict), not a finite number, on response "
             in proc.stderr), proc.stderr[-3000:]
     assert not (tmp_path / "run" / "job_metrics.csv").exists()
+    # The run log (journal) keeps the failure with its reason, for --resume and for the report.
+    import json
+
+    entries = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    failed = [e for e in entries if e.get("event") == "phase_failed"]
+    assert len(failed) == 1 and failed[0]["phase"] == "rollout" and failed[0]["iteration"] == 0
+    assert "RewardError: reward bad_reward:score returned {'r': 1} (dict)" in failed[0]["error"]

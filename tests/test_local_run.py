@@ -109,6 +109,12 @@ def wait_for(what, timeout: float, proc: subprocess.Popen | None = None, step: f
     raise AssertionError(f"timed out after {timeout} s")
 
 
+def worker_after_first_iteration(out: Path, proc: subprocess.Popen, gpu: str = "local-000:0") -> dict:
+    """Once the run has completed an iteration: the workers.json entry of ``gpu``'s worker."""
+    wait_for(lambda: any(e["kind"] == "iteration" for e in journal(out)), 120, proc)
+    return next(w for w in json.loads((out / "workers.json").read_text()) if w["gpu"] == gpu)
+
+
 def expected_ids(job: str, iterations: int) -> list[str]:
     return sorted(f"{job}/{k}/0/{i}" for k in range(iterations) for i in range(BATCH))
 

@@ -19,7 +19,8 @@ from weave_rl.cli.app import main
 
 ray = pytest.importorskip("ray")
 
-from test_local_run import WEAVE, check_exactly_once, journal, wait_for, write_inputs  # noqa: E402
+from test_local_run import (WEAVE, check_exactly_once, journal, wait_for,  # noqa: E402
+                            worker_after_first_iteration, write_inputs)
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 and not torch.cuda.is_available(),
                                 reason="the local topology needs two devices")
@@ -135,9 +136,7 @@ def test_a_stopped_actor_is_caught_by_the_heartbeat_and_restarted(cluster, tmp_p
                              "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     victim = None
     try:
-        done = lambda: sum(1 for e in journal(out) if e["kind"] == "iteration")  # noqa: E731
-        wait_for(lambda: done() >= 1, 120, proc)
-        victim = next(w for w in json.loads((out / "workers.json").read_text()) if w["gpu"] == "local-000:0")
+        victim = worker_after_first_iteration(out, proc)
         stopped = time.monotonic()
         os.kill(victim["pid"], signal.SIGSTOP)
         hung = wait_for(lambda: [e for e in journal(out) if e.get("event") == "worker_hung"], 30, proc)

@@ -23,17 +23,18 @@ def test_three_controller_crashes_at_random_moments_then_resume(tmp_path):
     rng = random.Random(7)
     plan, jobs = write_inputs(tmp_path / "in", steps=600, epochs=4, hidden=128)
     out = tmp_path / "run"
-    n = 12
+    n = 14
     first = [*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots", "--out", str(out)]
     resume = [*WEAVE, "run", "--resume", str(out), "--no-plots"]
     crashes = 0
-    for attempt in range(3):
+    # Crash points by progress (iterations completed over both jobs), each followed by a random
+    # delay: mid-iteration or between iterations, and always well before the run could end.
+    for attempt, target in enumerate((4, 10, 16)):
         proc = subprocess.Popen(first if attempt == 0 else resume, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            before = completed(out)
-            wait_for(lambda: completed(out) >= before + 1, 120, proc)  # this controller got going
-            time.sleep(rng.uniform(0.0, 0.6))  # then a random moment, mid-iteration or between
+            wait_for(lambda: completed(out) >= target, 120, proc, step=0.02)
+            time.sleep(rng.uniform(0.0, 0.4))
             assert proc.poll() is None and completed(out) < 2 * n, "the run ended before the crash"
             workers = json.loads((out / "workers.json").read_text())
             proc.send_signal(signal.SIGKILL)

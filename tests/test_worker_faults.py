@@ -10,7 +10,8 @@ import signal
 import subprocess
 import time
 
-from test_local_run import WEAVE, check_exactly_once, journal, pytestmark, wait_for, write_inputs  # noqa: F401
+from test_local_run import (WEAVE, check_exactly_once, journal, pytestmark, wait_for,  # noqa: F401
+                            worker_after_first_iteration, write_inputs)
 
 
 def test_a_stopped_worker_is_detected_by_its_heartbeat_restarted_and_its_phase_rerun(tmp_path):
@@ -21,9 +22,7 @@ def test_a_stopped_worker_is_detected_by_its_heartbeat_restarted_and_its_phase_r
                              "--heartbeat-timeout", "2", "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        done = lambda: sum(1 for e in journal(out) if e["kind"] == "iteration")  # noqa: E731
-        wait_for(lambda: done() >= 1, 120, proc)
-        victim = next(w for w in json.loads((out / "workers.json").read_text()) if w["gpu"] == "local-000:0")
+        victim = worker_after_first_iteration(out, proc)
         stopped = time.monotonic()
         os.kill(victim["pid"], signal.SIGSTOP)
         hung = wait_for(lambda: [e for e in journal(out) if e.get("event") == "worker_hung"], 30, proc)

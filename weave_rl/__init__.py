@@ -10,7 +10,7 @@ Everything of this distribution imports under ``weave_rl``:
 The names below are the public API, imported on first use so that ``import weave_rl`` stays cheap
 (a user's ``Workload`` subclass needs torch, a planning script does not)::
 
-    from weave_rl import Workload, phase, register_workload      # a job of your own
+    from weave_rl import Workload, phase, OptionError             # a job of your own
     from weave_rl import load_topology, load_jobs, make_plan, check_plan, save_plan
 """
 
@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "Workload": "weave_rl.executor.workload",
     "Samples": "weave_rl.executor.workload",
+    "OptionError": "weave_rl.executor.workload",
     "phase": "weave_rl.executor.workload",
     "register_workload": "weave_rl.executor.workload",
     "load_topology": "weave_rl.topology.topology",

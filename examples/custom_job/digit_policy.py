@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-from weave_rl import Samples, Workload, phase
-from weave_rl.executor.workload import OptionError
+from weave_rl import OptionError, Samples, Workload, phase
 
 DIGITS = 10
 PARAMS = ("w1", "b1", "w2", "b2")

@@ -510,8 +510,10 @@ class LocalBackend:
             return
         if ex.failed:
             g, error = next(iter(sorted(ex.failed.items())))
-            raise WorkerError(f"{run.phase} of {run.job} iteration {self._real(run.job, run.iteration)} failed on "
-                              f"{g}:\n{error}")
+            k = self._real(run.job, run.iteration)
+            self.events.append({"t": self.now(), "event": "phase_failed", "job": run.job, "phase": run.phase,
+                                "iteration": k, "gpu": g, "error": error.strip()[-4000:]})
+            raise WorkerError(f"{run.phase} of {run.job} iteration {k} failed on {g}:\n{error}")
         self._finish(ex)
 
     def _finish(self, ex: _Exec) -> None:

@@ -183,12 +183,14 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
         if setup is not None:
             setup(controller, backend)
         total = iterations * len(todo.jobs)
-        while not controller.all_finished() and backend.step():
-            flush()
-            if progress is not None:
-                done = sum(offsets.get(j, 0) + st.done["sync"] + 1 for j, st in controller.state.items())
-                progress(done, total, backend.now())
-        flush()
+        try:
+            while not controller.all_finished() and backend.step():
+                flush()
+                if progress is not None:
+                    done = sum(offsets.get(j, 0) + st.done["sync"] + 1 for j, st in controller.state.items())
+                    progress(done, total, backend.now())
+        finally:
+            flush()  # a failed phase's event (phase_failed, with its error) reaches the journal too
         unfinished = [j for j, st in controller.state.items() if not st.finished]
         if unfinished:
             raise RuntimeError(f"local run stalled at t={backend.now():.1f} s with unfinished jobs: "

@@ -154,10 +154,14 @@ def run(
     inputs = None
     if resume is None:
         out.mkdir(parents=True, exist_ok=True)
-        # The run folder keeps copies of its inputs, so --resume needs nothing else.
-        for src, name in ((plan_file, "plan.yaml"), (jobs_file, "jobs.yaml")):
-            if src.resolve() != (out / name).resolve():
-                shutil.copyfile(src, out / name)
+        # The run folder keeps copies of its inputs, so --resume needs nothing else. The jobs are
+        # saved as checked (workload paths made absolute), so a resume finds the same files.
+        if plan_file.resolve() != (out / "plan.yaml").resolve():
+            shutil.copyfile(plan_file, out / "plan.yaml")
+        if jobs_file.resolve() != (out / "jobs.yaml").resolve():
+            from weave_rl.profiles.jobs import save_jobs
+
+            save_jobs(jobs, out / "jobs.yaml")
         from weave_rl.planner.plan import plan_topology_ref
 
         topo_ref = topology or plan_topology_ref(plan, plan_file) or plan.topology
