@@ -42,7 +42,8 @@ def test_verl_console_maps_timing_keys_onto_phases():
     assert set(r.records["gpu_type"]) == {"H20", "H800"}
     assert list(train["gpu_type"].unique()) == ["H800"] and list(sync["gpu_type"].unique()) == ["H20"]
     assert (r.records["switch_s"] == 0).all()
-    assert r.warnings == ["5 lines skipped: 1, 2, 3, 5, 9 (not a veRL metrics line)",
+    assert r.warnings == ["4 lines skipped: 1, 3, 5, 9 (not a veRL metrics line)",
+                          "1 line skipped: 2 (the run's printed config, not a step)",
                           "1 line skipped: 8 (unreadable value 'oops' for timing_s/gen)"]
     validate_records(r.records)  # the DESIGN 3.4 contract holds
 

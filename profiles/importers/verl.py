@@ -62,7 +62,12 @@ _LINE = re.compile(r"(?<![\w/.])step:(\d+)((?: - [^ ]+:[^ ]*)*)\s*$")
 _LOOSE = re.compile(r"(?<![\w/.])step:\d+ - ")  # looks like a metrics line even if it does not parse
 
 
+CONFIG_DUMP = "\x00veRL config dump"  # join_lines' stand-in for the lines of a printed config
+
+
 def parse_console(line: str) -> tuple[int, dict[str, float]] | None:
+    if line == CONFIG_DUMP:
+        raise ValueError("the run's printed config, not a step")
     match = _LINE.search(line)
     if match is None:
         if _LOOSE.search(line):
@@ -103,11 +108,17 @@ _BLOCK_ITEM = re.compile(r"^\s*(?:-\s*)?([^\s:]+):\s*(\S+)\s*$")
 
 
 def join_lines(parts: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """Fold a ``step:N`` line and the ``key:value`` lines right under it into one console line."""
+    """Fold a ``step:N`` line and the ``key:value`` lines right under it into one console line, and a
+    printed config (several lines) into one line, skipped once as the config."""
     out: list[tuple[int, str]] = []
     i = 0
     while i < len(parts):
         number_, line = parts[i]
+        end, config = _config_dump_at(parts, i)
+        if config is not None:
+            out.append((number_, CONFIG_DUMP))
+            i = end
+            continue
         start = _BLOCK_START.match(_RAY_PREFIX.sub("", line))
         i += 1
         if start is None:
@@ -151,25 +162,31 @@ def _printed_config(lines: list[tuple[int, str]]) -> tuple[dict, str] | None:
     """The first multi-line dict dump that has a ``trainer`` section with ``n_gpus_per_node``."""
     i = 0
     while i < len(lines):
-        number_, line = lines[i]
-        text = _RAY_PREFIX.sub("", line)
-        if not text.lstrip().startswith("{") or "'" not in text:
-            i += 1
-            continue
-        chunk, depth, j = [], 0, i
-        while j < len(lines) and j < i + 5000:
-            piece = _RAY_PREFIX.sub("", lines[j][1])
-            chunk.append(piece)
-            depth += piece.count("{") + piece.count("[") - piece.count("}") - piece.count("]")
-            j += 1
-            if depth <= 0:
-                break
-        data = python_literal("\n".join(chunk))
-        trainer = data.get("trainer") if isinstance(data, dict) else None
-        if isinstance(trainer, dict) and isinstance(trainer.get("n_gpus_per_node"), int):
-            return data, f"the config printed at line {number_}"
+        j, data = _config_dump_at(lines, i)
+        if data is not None:
+            return data, f"the config printed at line {lines[i][0]}"
         i = max(j, i + 1)
     return None
+
+
+def _config_dump_at(lines: list[tuple[int, str]], i: int) -> tuple[int, dict | None]:
+    """(index after the dump, the config) when a veRL config dump starts at ``lines[i]``, else (i + 1, None)."""
+    text = _RAY_PREFIX.sub("", lines[i][1])
+    if not text.lstrip().startswith("{") or "'" not in text:
+        return i + 1, None
+    chunk, depth, j = [], 0, i
+    while j < len(lines) and j < i + 5000:
+        piece = _RAY_PREFIX.sub("", lines[j][1])
+        chunk.append(piece)
+        depth += piece.count("{") + piece.count("[") - piece.count("}") - piece.count("]")
+        j += 1
+        if depth <= 0:
+            break
+    data = python_literal("\n".join(chunk))
+    trainer = data.get("trainer") if isinstance(data, dict) else None
+    if isinstance(trainer, dict) and isinstance(trainer.get("n_gpus_per_node"), int):
+        return j, data
+    return j, None
 
 
 def gpu_counts(config: Mapping[str, Any], file: str) -> tuple[int | None, int | None]:
