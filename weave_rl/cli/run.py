@@ -139,11 +139,10 @@ def run(
     if out is None:
         raise InputError("<command line>", "--out", "required: the folder for records, checkpoints and the journal")
     from weave_rl.core.yamlio import check_output_dir
-
-    check_output_dir(out, "--resume" if resume is not None else "--out")
     from weave_rl.executor.ray_backend.cluster import check_backend_options
 
-    backend = check_backend_options(backend or "local", address, device_map)
+    backend = check_backend_options(backend or "local", address, device_map)  # before any folder is made
+    check_output_dir(out, "--resume" if resume is not None else "--out")
     from weave_rl.executor.inputs import load_run_inputs
 
     plan, topo, jobs = load_run_inputs(plan_file, jobs_file, topology, check=not no_check)
