@@ -88,7 +88,8 @@ def plan_export(
     plan_file: Path = typer.Argument(..., metavar="PLAN"),
     target: str = typer.Option(..., "--to", help="verl | roll | k8s | ray"),
     out: Path = typer.Option(..., "-o", "--out", help="Folder for the exported files."),
-    topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology file or preset (default: the plan's)."),
+    topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology file or preset (default: the "
+                                           "plan's topology_source, else its topology when a preset)."),
     image: str = typer.Option("weave-executor:latest", "--image", help="k8s: container image of the workers."),
     namespace: Optional[str] = typer.Option(None, "--namespace", help="k8s: namespace of the manifests."),
 ) -> None:
@@ -99,6 +100,11 @@ def plan_export(
     actor_infer, reference in global GPU ranks: nodes in topology order x GPU index); k8s DIR/<group>.k8s.yaml (one
     Deployment per pool, pinned to the group's nodes, whole-node nvidia.com/gpu requests); ray DIR/<job>.ray.json
     (placement groups, one bundle per node, with node and GPU ids).
+
+    The veRL and ROLL files start with a comment: the keys the framework reads, the weave_placement block that is
+    for the operator (drop it before Hydra reads the file), and for ROLL which ranks land on which node (ROLL
+    reserves whole nodes: a job holding part of one is warned about). Without --topology the plan's recorded
+    topology_source (written by weave plan -o) is used, else its topology name when that is a preset.
     """
     from weave_rl.planner.export import EXPORTERS, ExportOptions, export_plan
     from weave_rl.planner.plan import load_plan, plan_topology_ref
