@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from weave_rl.core.errors import InputError
+from weave_rl.core.errors import InputError, Problems
 from weave_rl.executor.workload import OptionError, check_workload
 from weave_rl.planner.check import require_valid
-from weave_rl.planner.plan import Plan, load_plan
+from weave_rl.planner.plan import Plan, load_plan, topology_problems
 from weave_rl.profiles.jobs import JobSet, load_jobs
 from weave_rl.topology.topology import Topology, load_topology
 
@@ -31,22 +31,16 @@ def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None, *,
     jobs = load_jobs(jobs_file, topo.gpu_types)
     if plan.topology != topo.name:
         raise InputError(str(plan_file), "topology", f"plan is for {plan.topology!r}, topology is {topo.name!r}")
+    problems = Problems(str(plan_file))  # every problem of the plan against the jobs and topology at once
     if not plan.groups:
-        raise InputError(str(plan_file), "groups", "the plan places no job: nothing to run")
-    missing = [j for j in plan.jobs if j not in jobs.names]
-    if missing:
-        raise InputError(str(jobs_file), "jobs", f"plan job {missing[0]!r} is not in the jobs file")
-    for gi, group in enumerate(plan.groups):
-        for ji, jp in enumerate(group.jobs):
-            for si, slot in enumerate(jp.phases):
-                for g in slot.gpus:
-                    node, _, _ = g.rpartition(":")
-                    if node not in topo.nodes or g not in topo.node(node).gpu_ids:
-                        raise InputError(str(plan_file), f"groups[{gi}].jobs[{ji}].phases[{si}].gpus",
-                                         f"unknown GPU {g!r} in topology {topo.name!r}")
+        problems.add("groups", "the plan places no job: nothing to run")
+    for name in plan.jobs:
+        if name not in jobs.names:
+            problems.add("jobs", f"plan job {name!r} is not in the jobs file", file=str(jobs_file))
+    problems.extend(topology_problems(plan, topo, str(plan_file)))
     # The jobs' workloads, checked here in the controller (kind importable, options valid, files
-    # there), so a bad one is one line naming the jobs file and key before any worker starts. The
-    # workers get the checked blocks (relative paths made absolute against the jobs file's folder).
+    # there), so a bad one names the jobs file and key before any worker starts. The workers get the
+    # checked blocks (relative paths made absolute against the jobs file's folder).
     base = jobs_file.resolve().parent
     checked = []
     for i, job in enumerate(jobs.jobs):
@@ -56,10 +50,13 @@ def load_run_inputs(plan_file: Path, jobs_file: Path, topology: str | None, *,
         try:
             block = check_workload(job.workload, base)
         except OptionError as exc:
-            raise InputError(str(jobs_file), f"jobs[{i}].workload.{exc.key}", exc.reason) from None
+            problems.add(f"jobs[{i}].workload.{exc.key}", exc.reason, file=str(jobs_file))
+            continue
         except ValueError as exc:
-            raise InputError(str(jobs_file), f"jobs[{i}].workload.kind", str(exc)) from None
+            problems.add(f"jobs[{i}].workload.kind", str(exc), file=str(jobs_file))
+            continue
         checked.append(job if block == job.workload else job.model_copy(update={"workload": block}))
+    problems.raise_if_any()
     jobs = jobs.model_copy(update={"jobs": tuple(checked)})
     if check:
         require_valid(plan, topo, jobs, str(plan_file))

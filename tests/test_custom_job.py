@@ -160,14 +160,16 @@ def forget_example():
     sys.modules.pop("digit_policy", None)
 
 
-@pytest.mark.parametrize("change, on_path, needle", [
-    ("batch", True, "jobs.yaml: jobs[0].workload.batch: must be a positive integer, got 0"),
-    ("dataset", True, "jobs.yaml: jobs[0].workload.dataset: "),
-    (None, False, "jobs.yaml: jobs[0].workload.kind: workload kind 'digit_policy:LargestDigit': cannot import "
+@pytest.mark.parametrize("change, on_path, needle, problems", [
+    ("batch", True, "jobs.yaml: jobs[0].workload.batch: must be a positive integer, got 0", 1),
+    ("dataset", True, "jobs.yaml: jobs[0].workload.dataset: ", 1),
+    # Both jobs name the module: both are listed, under one header line naming the file.
+    (None, False, "jobs[1].workload.kind: workload kind 'digit_policy:LargestDigit': cannot import "
                   "'digit_policy' (ModuleNotFoundError: No module named 'digit_policy') (is its folder on "
-                  "PYTHONPATH, or its package installed?)"),
+                  "PYTHONPATH, or its package installed?)", 2),
 ])
-def test_example_bad_inputs_one_line(tmp_path, capsys, monkeypatch, forget_example, change, on_path, needle):
+def test_example_bad_inputs_one_line(tmp_path, capsys, monkeypatch, forget_example, change, on_path, needle,
+                                     problems):
     plan = hand_plan(tmp_path)
     text = (EXAMPLE / "jobs.yaml").read_text().replace("dataset: prompts.jsonl",
                                                       f"dataset: {EXAMPLE / 'prompts.jsonl'}")
@@ -182,5 +184,7 @@ def test_example_bad_inputs_one_line(tmp_path, capsys, monkeypatch, forget_examp
         monkeypatch.syspath_prepend(str(EXAMPLE))
     assert main(["run", str(plan), "--jobs", str(jobs), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
-    assert needle in err and len(err.splitlines()) == 1, err
+    lines = err.splitlines()
+    assert needle in err and "jobs.yaml" in lines[0], err
+    assert len(lines) == (1 if problems == 1 else 1 + problems), err
     assert not any((tmp_path / "run" / name).exists() for name in ("run.json", "workers.json"))  # nothing started

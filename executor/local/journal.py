@@ -32,6 +32,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from weave_rl.core.yamlio import write_text_file
 from weave_rl.executor.outputs import json_safe
 
 
@@ -66,7 +67,7 @@ class Journal:
         for sub in ("samples", "checkpoints"):
             shutil.rmtree(self.root / sub, ignore_errors=True)
         self.path.unlink(missing_ok=True)
-        (self.root / "run.json").write_text(json.dumps(inputs, indent=2))
+        write_text_file(self.root / "run.json", json.dumps(inputs, indent=2))  # atomic: never half a file
 
     def inputs(self) -> dict:
         return json.loads((self.root / "run.json").read_text())

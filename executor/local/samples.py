@@ -8,12 +8,12 @@ order and takes its contiguous share of the rows.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from weave_rl.core.yamlio import atomic_write
 from weave_rl.executor.workload import Samples
 
 
@@ -22,10 +22,9 @@ def shard_path(root: Path, job: str, iteration: int, shard: int) -> Path:
 
 
 def save_atomic(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """``torch.save`` to a temporary file renamed into place: a killed worker leaves no half file, a
+    failed write no temporary one, and a full disk is reported as such (``OSError(ENOSPC)``)."""
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def save_samples(samples: Samples, path: Path) -> None:
