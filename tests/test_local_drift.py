@@ -148,9 +148,12 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     # started after it; after it the moved job runs on its new node, in its new group.
     t = r.switch_t
     t_next = plans[1]["t"] if len(plans) > 1 else float("inf")  # a later replan's switch
-    # (The switch event is stamped just after the new plan's first permits went out: 10 ms of slack.)
-    before = frame[frame.start_s < t - 0.01]
-    after = frame[(frame.start_s >= t - 0.01) & (frame.start_s < t_next)]
+    # A phase belongs to the old plan when it ended by the switch (the drain), to the new one when it
+    # ended after it (the switch event is stamped just after the new plan's first permits went out, so
+    # those may start a few ms before the stamp, but never before the drain's last phase ended).
+    end = frame.start_s + frame.duration_s
+    before = frame[end <= t + 1e-6]
+    after = frame[(end > t + 1e-6) & (frame.start_s < t_next)]
     assert (before.start_s + before.duration_s).max() <= min(t, after.start_s.min()) + 1e-6
     assert len(after[after.job == r.moved]) >= 3, "the moved job should run some iterations after the switch"
     assert set(before.nodes) == {"local-000"}
