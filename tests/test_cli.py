@@ -140,3 +140,16 @@ def test_plan_with_rejections_exits_3(tmp_path):
     written = yaml.safe_load(plan.read_text())
     assert {r["name"] for r in written["rejected"]} == {"tight", "fat"}
     assert [j["name"] for g in written["groups"] for j in g["jobs"]] == ["A"]
+
+
+def test_plan_release_with_the_same_jobs_file_checks_the_rest(tmp_path):
+    """The jobs file still holds the released job (as a user's does): the new plan is checked against
+    the jobs left, and the released one is gone from it."""
+    inputs = Path(__file__).resolve().parents[1] / "plans" / "inputs"
+    topo, jobs = str(inputs / "micro-a.topology.yaml"), str(inputs / "micro-a.jobs.yaml")
+    plan, after = tmp_path / "p.yaml", tmp_path / "p2.yaml"
+    assert main(["plan", "--topology", topo, "--jobs", jobs, "--time-limit", "5", "-o", str(plan)]) == 0
+    assert main(["plan", "release", str(plan), "--job", "A1", "--jobs", jobs, "-o", str(after)]) == 0
+    released = yaml.safe_load(after.read_text())
+    names = [j["name"] for g in released["groups"] for j in g["jobs"]]
+    assert "A1" not in names and "A2" in names

@@ -322,7 +322,10 @@ def plan_release(plan_file: Path = PLAN_ARGUMENT,
         raise InputError(str(plan_file), "groups", f"job {job!r} is not in the plan")
     before = online.plan.cost_usd_per_hour
     result = online.release(job)
-    _write_online(result, topo, jobs, out, as_json,
+    from weave_rl.profiles.jobs import JobSet
+
+    live = JobSet(jobs=[j for j in jobs.jobs if j.name != job])  # the released job is neither placed nor due
+    _write_online(result, topo, live, out, as_json,
                   f"released {job}: ${before:,.2f}/h -> ${result.cost_usd_per_hour:,.2f}/h")
 
 
