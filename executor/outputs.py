@@ -94,7 +94,9 @@ def _sampled_work(controller: Controller) -> dict[str, float]:
     factors: dict[tuple, float] = {}
     catalog = controller.topology.gpu_types
     for r in controller.records:
-        if r["phase"] == "sync":
+        # A resumed run's controller holds only the jobs left; the records of one that finished
+        # before the resume stay in the records, not in its metrics.
+        if r["phase"] == "sync" or r["job"] not in controller.specs:
             continue
         key = (r["job"], r["phase"], r["gpus"], r["gpu_type"])
         f = factors.get(key)

@@ -56,3 +56,29 @@ def test_three_controller_crashes_at_random_moments_then_resume(tmp_path):
     assert len(frame) == 2 * n * 3
     assert sorted(frame[frame.phase == "sync"].groupby("job").iteration.apply(list).sum()) == \
         sorted(list(range(n)) * 2)
+
+
+def test_resume_when_one_job_had_already_finished(tmp_path):
+    """The controller died after A's last iteration but before B's: the resumed run holds only B,
+    yet its outputs (metrics, plots) cover records of both, and B's last iteration runs once more."""
+    plan, jobs = write_inputs(tmp_path / "in")
+    out = tmp_path / "run"
+    n = 3
+    ran = subprocess.run([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--out", str(out),
+                          "--no-plots"], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    # Cut the journal where B's last iteration was not yet complete (A's was): drop B's rows of it.
+    entries = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+
+    def b_last(e: dict) -> bool:
+        row = e.get("row", e)
+        return e["kind"] in ("record", "metric", "iteration") and row.get("job") == "B" \
+            and int(row.get("iteration", -1)) == n - 1
+
+    kept = [json.dumps(e) for e in entries if not b_last(e)]
+    (out / "journal.jsonl").write_text("\n".join(kept) + "\n")
+    resumed = subprocess.run([*WEAVE, "run", "--resume", str(out)], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    check_exactly_once(out, n)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["inputs"]["resumed"] == {"A": n, "B": n - 1}
