@@ -8,8 +8,10 @@ serve, from the job's ``workload`` block in the jobs file (:func:`build_workload
 1. warm switch: ``to_device(role, host_state, device)`` loads the job's state for a role from host
    memory (pinned on CUDA) onto the worker's device; ``to_host(role)`` offloads it again and
    returns the (possibly updated) host state;
-2. ``rollout(iteration, shard, shards)``: generate this worker's share of the iteration's prompts;
-   ``reward(samples)``: score them (CPU, rule-based);
+2. ``rollout(iteration, shard, shards)``: generate the share ``shard`` of ``shards`` of the
+   iteration's prompts (a prompt group: with elastic rules a worker pulls one share after another,
+   ``shards`` fixed per job, so a share does not depend on which worker runs it); long decodes check
+   ``check_cancelled()`` between steps; ``reward(samples)``: score them (CPU, rule-based);
 3. ``train(iteration, samples, all_reduce)``: one optimisation step on this worker's share of the
    iteration's samples; ``all_reduce`` averages gradients over the phase's workers (data parallel);
 4. weight sync: ``policy_weights()`` on the trainer, ``load_policy_weights(weights)`` on rollout
@@ -63,6 +65,11 @@ class Samples:
     stats: dict[str, float] = field(default_factory=dict)  # e.g. mean reward
 
 
+class RolloutCancelled(Exception):
+    """Raised inside ``rollout`` once ``Workload.cancelled()`` is true: the backend took the prompt
+    group back (long-tail migration moved it to the GPUs that stay), nothing of it is kept."""
+
+
 class Workload(ABC):
     """Base class of a real job. One instance per (worker process, job)."""
 
@@ -70,6 +77,21 @@ class Workload(ABC):
         self.job = job
         self.options = dict(options)
         self.seed = seed
+        self._cancel_check: Callable[[], bool] | None = None  # set by the worker around each rollout call
+
+    # -- cancellation (elastic rollouts) ----------------------------------------------------------
+    def cancelled(self) -> bool:
+        """True once the backend has taken the running ``rollout`` call's prompt group back (long-tail
+        migration: the group is regenerated from its seeds on a GPU that stays). A rollout that decodes
+        step by step should call ``check_cancelled()`` between steps; one that never checks is still
+        correct, its GPU is just handed over when the call returns (and what it made is dropped)."""
+        check = self._cancel_check
+        return check is not None and check()
+
+    def check_cancelled(self) -> None:
+        """Raise ``RolloutCancelled`` when ``cancelled()``."""
+        if self.cancelled():
+            raise RolloutCancelled(f"{self.job}: rollout taken back")
 
     # -- state movement (warm switch) ------------------------------------------------------------
     @abstractmethod
@@ -128,7 +150,8 @@ WorkloadFactory = Callable[[str, Mapping[str, Any], int], Workload]
 _REGISTRY: dict[str, WorkloadFactory] = {}
 # Built-in kinds: the module whose import registers each. Looked up by name, like a plugin, so that
 # this contract stays below the workloads that implement it (no import cycle).
-BUILTIN_KINDS = {"grpo": "weave_rl.executor.rl", "bandit": "weave_rl.executor.local.toy"}
+BUILTIN_KINDS = {"grpo": "weave_rl.executor.rl", "bandit": "weave_rl.executor.local.toy",
+                 "longtail": "weave_rl.executor.local.longtail"}
 # Installed packages offer kinds here: ``[project.entry-points."weave.workloads"] my_kind = "pkg.mod:Cls"``.
 ENTRY_POINT_GROUP = "weave.workloads"
 

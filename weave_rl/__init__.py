@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "Workload": "weave_rl.executor.workload",
     "Samples": "weave_rl.executor.workload",
+    "RolloutCancelled": "weave_rl.executor.workload",
     "OptionError": "weave_rl.executor.workload",
     "phase": "weave_rl.executor.workload",
     "register_workload": "weave_rl.executor.workload",
