@@ -11,8 +11,11 @@ Life of a GPU phase (rollout or train), mirroring the phase shim of DESIGN 5:
    the GPUs are free and the run is at the head of their queues, before the run's inputs are ready,
    so switches overlap the previous phase as in the plan's timetable.
 2. ``permit(run)``: the run's inputs are ready; compute starts on every warmed GPU once its switch
-   is done. An elastic run (rollout) starts on the GPUs it has and grows with later ``warm`` calls.
-3. ``release(run, gpus, tail=True)``: long-tail migration, the run keeps the other GPUs.
+   is done. An elastic run (rollout) starts on the GPUs it has and grows with later ``warm`` calls;
+   a real backend splits it into ``run.shares`` prompt groups that its GPUs pull one at a time.
+3. ``release(run, gpus, tail=True)``: long-tail migration, the run keeps the other GPUs (a prompt group
+   running on a released GPU is taken back and regenerated from its seeds on one that stays); the same
+   call without ``tail`` takes a lent GPU back.
 4. The backend reports ``threshold_reached`` (the share of responses in ``run.watch_threshold`` is
    done), then ``phase_done`` with what it measured.
 
@@ -43,6 +46,12 @@ class PhaseRun:
     permitted: bool = False
     state: str = "queued"  # queued | running | tail | done | aborted
     started_s: float | None = None  # first compute (after the switch)
+    shares: int = 0  # prompt groups of an elastic rollout (0: one per planned GPU, each GPU its own)
+    # Kept up to date by a backend that runs prompt groups (None: it does not tell): groups not yet
+    # started, and the GPUs computing one now. The controller grows only a run with groups left and
+    # keeps the computing GPUs when it moves a tail.
+    pending: int | None = None
+    computing: set[str] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -80,6 +89,7 @@ class Measured:
     busy_gpu_s: float = 0.0  # GPU-seconds of compute (lent GPUs included)
     switch_gpu_s: float = 0.0  # GPU-seconds spent loading state
     cluster: str = ""
+    extra: dict = field(default_factory=dict)  # backend-specific columns of the record (elastic rollouts)
 
 
 class Callbacks(Protocol):

@@ -5,6 +5,7 @@
     long_tail_migration: {threshold: 0.8, target_share: 0.25}   # or false to switch it off
     lend_idle_gpus: true
     lend_min_gain: 2.0   # lend only when the GPU would idle this many times the round-trip switch
+    rollout_shares_per_gpu: 4   # an elastic rollout's prompt groups per planned GPU (what workers pull)
 
 ``long_tail_migration`` may also carry the sim backend's tail model, ``tail_share`` (share of a
 rollout's time left when the threshold share of responses is done, default 0.3) and
@@ -25,6 +26,10 @@ class ElasticRules:
     target_share: float = 0.25  # share of the rollout's GPUs the tail moves to
     lend: bool = True
     lend_min_gain: float = 2.0
+    # A real backend splits an elastic rollout into this many prompt groups per planned GPU, pulled one
+    # at a time by the GPUs it holds: finer groups balance better and leave a shorter tail, each costs
+    # a round trip (and, on vLLM, a smaller batch).
+    shares_per_gpu: int = 4
 
     @classmethod
     def off(cls) -> ElasticRules:
@@ -44,7 +49,10 @@ class ElasticRules:
             target_share=float(ltm.get("target_share", 0.25)),
             lend=bool(elastic.get("lend_idle_gpus", True)),
             lend_min_gain=float(elastic.get("lend_min_gain", 2.0)),
+            shares_per_gpu=int(elastic.get("rollout_shares_per_gpu", 4)),
         )
+        if rules.shares_per_gpu < 1:
+            raise ValueError(f"elastic.rollout_shares_per_gpu must be >= 1, got {rules.shares_per_gpu}")
         if not 0 < rules.threshold < 1:
             raise ValueError(f"elastic.long_tail_migration.threshold must be in (0, 1), got {rules.threshold}")
         if not 0 < rules.target_share <= 1:

@@ -122,6 +122,8 @@ class Controller:
         self.on_plan: list[Callable[[Plan], None]] = []  # a plan is asked for (before its groups drain)
         self.node_jobs: dict[str, set[str]] = {}  # node -> jobs whose group holds it (lending)
         self.rolling: dict[str, PhaseRun] = {}  # job -> its rollout that is computing
+        # What the elastic rules did: tails moved, GPUs lent to a running rollout, loans taken back.
+        self.elastic_counts = {"migrations": 0, "loans": 0, "reclaims": 0}
         self._switch_cache: dict[tuple[str, str, str], float] = {}
         self._type_cache: dict[str, str] = {}
         backend.attach(self)
@@ -164,8 +166,10 @@ class Controller:
         slot = jp.phase(phase)
         gpu_type = slot.gpu_type or self.topology.gpu_type_of(slot.gpus[0])
         elastic = phase == "rollout" and self.rules.elastic
+        shares = self.rules.shares_per_gpu * len(slot.gpus) if elastic else len(slot.gpus)
         run = PhaseRun(job, phase, k, group.name, tuple(slot.gpus), gpu_type, slot.duration_s, elastic=elastic,
-                       watch_threshold=self.rules.threshold if (elastic and self.rules.migrate) else None)
+                       watch_threshold=self.rules.threshold if (elastic and self.rules.migrate) else None,
+                       shares=shares)
         self.runs[key] = run
         return run
 
@@ -197,7 +201,7 @@ class Controller:
         free = [g for g in run.gpus if g not in run.held and g not in self.down
                 and (g not in self.holder or (ready and g in self.lent)) and self._head(g) == run.key]
         if run.elastic:
-            if free and run.state != "tail":
+            if free and run.state != "tail" and not (run.permitted and run.pending == 0):
                 self._take(run, free)
         elif free and len(free) + len(run.held) == len(run.gpus):
             self._take(run, free)
@@ -218,6 +222,7 @@ class Controller:
         for g in gpus:
             if g in self.lent:  # take a lent GPU back from its borrower
                 borrower = self.holder[g]
+                self.elastic_counts["reclaims"] += 1
                 self.lent.discard(g)
                 borrower.held.discard(g)
                 del self.holder[g]
@@ -263,7 +268,7 @@ class Controller:
         node = _node_of(gpu)
         # Lend only inside the group (its nodes pin the borrower's state), to rollouts in their bulk.
         candidates = [r for j in sorted(self.node_jobs.get(node, ())) if (r := self.rolling.get(j)) is not None
-                      and r.state == "running" and gpu not in r.held]
+                      and r.state == "running" and gpu not in r.held and r.pending != 0]
         if not candidates or not self._lendable(gpu):
             return
         wait = self._idle_for(gpu)
@@ -290,6 +295,7 @@ class Controller:
                 del self.holder[gpu]
                 self.backend.release(own, [gpu])
             self.holder[gpu] = run
+            self.elastic_counts["loans"] += 1
             self.lent.add(gpu)
             run.held.add(gpu)
             self.backend.warm(run, [gpu])
@@ -318,15 +324,17 @@ class Controller:
     def threshold_reached(self, run: PhaseRun) -> None:
         if run.state != "running" or not self.rules.migrate:
             return
-        own = [g for g in run.gpus if g in run.held]
         keep_n = max(1, math.ceil(self.rules.target_share * len(run.gpus)))
-        keep = own[:keep_n] or sorted(run.held)[:keep_n]
+        # Keep the GPUs computing a prompt group (their work goes on), then the run's own before lent ones.
+        order = {g: i for i, g in enumerate(run.gpus)}
+        keep = sorted(run.held, key=lambda g: (g not in run.computing, order.get(g, len(order)), g))[:keep_n]
         freed = sorted(g for g in run.held if g not in keep)
         # Move the tail only when a freed GPU has a rollout to start: otherwise the tail would just
         # run slower on fewer GPUs while the others idle.
         if not any(self._startable_after(g, run) for g in freed):
             return
         run.state = "tail"
+        self.elastic_counts["migrations"] += 1
         self.rolling.pop(run.job, None)
         self.backend.release(run, freed, tail=True)
         self._free(run, freed)
@@ -492,7 +500,7 @@ class Controller:
                "start_s": m.start_s, "duration_s": max(m.end_s - m.start_s, 1e-9), "switch_s": m.switch_s,
                "tokens": float("nan"), "group": group, "planned_s": planned_s, "width_s": max(m.width_s, 1e-9),
                "end_s": m.end_s, "gpus_at_start": m.gpus, "attempt": self.state[job].restarts, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
-               "cluster": m.cluster, "nodes": self._nodes_of(job, phase)}
+               "cluster": m.cluster, "nodes": self._nodes_of(job, phase), **m.extra}
         self.records.append(row)
         for hook in self.on_phase:
             hook(row)

@@ -152,6 +152,7 @@ def metrics(controller: Controller, *, wall_s: float, events: int, plan_iteratio
         "max_plan_deviation": max(devs) if devs else math.nan,
         "clusters": cluster_metrics(controller, held["held_gpu_s"]),
         "restarts": sum(j["restarts"] for j in jobs.values()),
+        "elastic_actions": dict(controller.elastic_counts),
         "events": events,
         "wall_s": wall_s,
         "events_per_s": events / wall_s if wall_s > 0 else math.nan,

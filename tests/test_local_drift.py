@@ -73,8 +73,11 @@ def write_inputs(folder: Path) -> tuple[Path, Path, Path]:
     return topo, jobs, plan
 
 
-def expected_ids(job: str, iterations: int) -> list[str]:
-    return sorted(f"{job}/{k}/0/{i}" for k in range(iterations) for i in range(BATCH))
+def expected_ids(job: str, iterations: int, shares: int = 4) -> list[str]:
+    """The plan's elastic rules split each 1-GPU rollout into 4 prompt groups (rollout_shares_per_gpu),
+    and the bandit its batch over them."""
+    per = [BATCH // shares + (1 if s < BATCH % shares else 0) for s in range(shares)]
+    return sorted(f"{job}/{k}/{s}/{i}" for k in range(iterations) for s in range(shares) for i in range(per[s]))
 
 
 def nodes_of(plan: dict, job: str) -> set[str]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+from collections import deque
 import itertools
 import json
 import math
@@ -55,6 +56,7 @@ from typing import Callable, Sequence
 from weave_rl.executor.backend import Callbacks, Measured, PhaseRun, SyncRun
 from weave_rl.executor.local import messages as m
 from weave_rl.executor.local.worker import WorkerConfig, main as worker_main
+from weave_rl.executor.prompt_groups import pulled_schedule
 from weave_rl.profiles.jobs import JobSet
 from weave_rl.topology.topology import Topology, node_of
 
@@ -123,6 +125,7 @@ class _Worker:
     conn: object  # commands to the worker's main (compute) thread, and every reply
     sync_conn: object  # weight syncs, read by the worker's sync listener
     beat: object = None  # shared double: the worker's last time.monotonic() stamp
+    cancel: object = None  # shared integer: the task of the prompt group taken back (worker.CancelCell)
     incarnation: int = 0
     ready: bool = False
     restarts: int = 0
@@ -139,6 +142,16 @@ class _Exec:
     permit_sent: float = 0.0
     results: dict[str, m.Done] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    # An elastic rollout: its prompt groups (shares), pulled one at a time by the GPUs it holds.
+    todo: deque[int] = field(default_factory=deque)  # shares not started (a taken-back one goes first)
+    tasks: dict[str, tuple[int, int]] = field(default_factory=dict)  # GPU -> (share, task) computing
+    taking_back: dict[int, tuple[str, int]] = field(default_factory=dict)  # task -> (GPU, share) cancelled
+    shares_done: dict[int, m.Done] = field(default_factory=dict)
+    threshold_told: bool = False
+    gpus_at_start: int = 0
+    peak_gpus: int = 0
+    taken_back: int = 0  # prompt groups regenerated elsewhere (migration, a loan ended, a dead worker)
+    wasted_gpu_s: float = 0.0  # compute thrown away with them
 
 
 @dataclass(eq=False)
@@ -240,13 +253,14 @@ class LocalBackend:
         parent, child = self.ctx.Pipe()
         sync_child, sync_parent = self.ctx.Pipe(duplex=False)
         beat = self.ctx.Value("d", time.monotonic(), lock=False)  # the start counts as a stamp
-        proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child, beat), name=f"weave-worker-{wid}",
-                                daemon=True)
+        cancel = self.ctx.Value("q", 0, lock=False)
+        proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child, beat, cancel),
+                                name=f"weave-worker-{wid}", daemon=True)
         with worker_env():
             proc.start()
         child.close()
         sync_child.close()
-        return _Worker(wid, gpu, device, proc, parent, sync_parent, beat, incarnation)
+        return _Worker(wid, gpu, device, proc, parent, sync_parent, beat, cancel, incarnation)
 
     def _write_workers(self) -> None:
         data = [{"gpu": w.gpu, "device": w.device, "pid": w.proc.pid, "incarnation": w.incarnation}
@@ -271,23 +285,37 @@ class LocalBackend:
             ex.warmed.add(g)
             ex.attempt.setdefault(g, 0)
             self._send_warm(ex, g)
+            if ex.permitted and run.elastic:  # a GPU joins a running rollout: it pulls after its switch
+                self._pull(ex, g)
 
     def permit(self, run: PhaseRun) -> None:
         ex = self._exec(run)
         ex.permitted = True
         ex.permit_sent = time.monotonic()
+        ex.gpus_at_start = len(ex.warmed)
         for g in sorted(ex.warmed):
-            self._send_permit(ex, g)
+            if run.elastic:
+                self._pull(ex, g)
+            else:
+                self._send_permit(ex, g)
 
     def release(self, run: PhaseRun, gpus: Sequence[str], *, tail: bool = False) -> None:
+        """GPUs leave ``run``: unwarmed before it starts; once it runs (an elastic rollout: long-tail
+        migration, or a loan taken back) the prompt group a GPU computes is taken back, and goes to
+        the GPUs that stay when the worker confirms (or is kept, when it finished first)."""
         ex = self.by_run.get(run)
         if ex is None:
             return
-        if ex.permitted:
-            raise NotImplementedError("the local backend runs without long-tail migration and lending")
+        if ex.permitted and not run.elastic:
+            raise WorkerError(f"{run.phase} of {run.job}: a gang phase cannot give GPUs back while it runs")
         for g in gpus:
             ex.warmed.discard(g)
+            if g in ex.tasks:
+                share, task = ex.tasks.pop(g)
+                ex.taking_back[task] = (g, share)
+                self._cancel(self._wid(g), task)
             self._send(self._wid(g), m.Unwarm(ex.rid))
+        self._show_progress(ex)
 
     def abort(self, run: PhaseRun | SyncRun) -> None:
         if isinstance(run, SyncRun):
@@ -299,8 +327,74 @@ class LocalBackend:
         if ex is None:
             return
         self.execs.pop(ex.rid, None)
+        for g, (_, task) in ex.tasks.items():
+            self._cancel(self._wid(g), task)
         for g in ex.warmed:
             self._send(self._wid(g), m.Unwarm(ex.rid))
+
+    # ----- elastic rollouts: prompt groups pulled by the GPUs a run holds ------------------------
+    def _pull(self, ex: _Exec, g: str) -> None:
+        """``g`` (warmed for ``ex``, idle) starts the next prompt group, if one is left."""
+        if not ex.permitted or g not in ex.warmed or g in ex.tasks or not ex.todo:
+            return
+        run = ex.run
+        share, task = ex.todo.popleft(), next(self._ids)
+        ex.tasks[g] = (share, task)
+        ex.peak_gpus = max(ex.peak_gpus, len(ex.tasks))
+        wid = self._wid(g, run.job)
+        sent = time.monotonic() if self.workers[wid].ready else 0.0
+        self._send(wid, m.Permit(ex.rid, ex.attempt[g], run.job, run.phase, self._real(run.job, run.iteration),
+                                 self._version(run), shard=share, shards=run.shares, sent=sent, task=task))
+        self._show_progress(ex)
+
+    def _show_progress(self, ex: _Exec) -> None:
+        ex.run.pending = len(ex.todo)
+        ex.run.computing = set(ex.tasks)
+
+    def _give_back(self, ex: _Exec, share: int, wasted_s: float) -> None:
+        """A prompt group that did not finish goes to the front of the queue, for a GPU that stays."""
+        ex.todo.appendleft(share)
+        ex.taken_back += 1
+        ex.wasted_gpu_s += max(0.0, wasted_s)
+        for g in sorted(ex.warmed):
+            self._pull(ex, g)
+        self._show_progress(ex)
+
+    def _share_done(self, ex: _Exec, g: str, msg: m.Done) -> None:
+        if msg.task in ex.taking_back:  # it finished before the take-back reached it: kept
+            _, share = ex.taking_back.pop(msg.task)
+        elif ex.tasks.get(g, (None, None))[1] == msg.task:
+            share, _ = ex.tasks.pop(g)
+        else:
+            return  # an answer to a task a restart replaced
+        ex.shares_done[share] = msg
+        self._pull(ex, g)
+        self._show_progress(ex)
+        run = ex.run
+        done = len(ex.shares_done)
+        if (run.watch_threshold is not None and not ex.threshold_told and done < run.shares
+                and done >= math.ceil(run.watch_threshold * run.shares - 1e-9)):
+            ex.threshold_told = True
+            self.controller.threshold_reached(run)  # may release GPUs of this run (the tail moves)
+        if done == run.shares and self.by_run.get(run) is ex:
+            for gpu in sorted(ex.warmed):  # the state leaves the device now, not at the next warm
+                self._send(self._wid(gpu), m.Unwarm(ex.rid))
+            self._finish(ex)
+
+    def _share_cancelled(self, ex: _Exec, g: str, msg: m.Cancelled) -> None:
+        if msg.task in ex.taking_back:
+            _, share = ex.taking_back.pop(msg.task)
+        elif ex.tasks.get(g, (None, None))[1] == msg.task:  # cancelled without being asked (a late cell)
+            share, _ = ex.tasks.pop(g)
+        else:
+            return
+        self._give_back(ex, share, msg.end - msg.start)
+
+    def _cancel(self, wid: int, task: int) -> None:
+        """Tell worker ``wid`` to drop the prompt group ``task`` (the transport: Ray overrides it)."""
+        cell = self.workers[wid].cancel
+        if cell is not None:
+            cell.value = task
 
     def start_sync(self, run: SyncRun) -> None:
         sender = self._wid(run.train_gpus[0], run.job)
@@ -404,6 +498,9 @@ class LocalBackend:
         ex = self.by_run.get(run)
         if ex is None:
             ex = _Exec(run, next(self._ids))
+            if run.elastic:
+                ex.todo = deque(range(run.shares))
+                self._show_progress(ex)
             self.by_run[run] = ex
             self.execs[ex.rid] = ex
         return ex
@@ -470,6 +567,19 @@ class LocalBackend:
                     self.events.append({"t": self.now(), "event": "worker_up", "gpu": w.gpu, "pid": msg.pid,
                                         "incarnation": w.incarnation})
                     self._write_workers()
+        elif isinstance(msg, m.Cancelled):
+            ex = self.execs.get(msg.rid)
+            g = self.workers[msg.wid].gpu
+            if ex is not None and ex.attempt.get(g) == msg.attempt:
+                self._share_cancelled(ex, g, msg)
+        elif isinstance(msg, m.Done) and msg.task:
+            ex = self.execs.get(msg.rid)
+            g = self.workers[msg.wid].gpu
+            if ex is not None and ex.attempt.get(g) == msg.attempt:
+                if msg.info.get("permit_latency_s") is not None:
+                    self.permit_latency_s.append(msg.info["permit_latency_s"])
+                    self.permit_latency_by_phase.setdefault("rollout", []).append(msg.info["permit_latency_s"])
+                self._share_done(ex, g, msg)
         elif isinstance(msg, m.Done):
             ex = self.execs.get(msg.rid)
             g = self.workers[msg.wid].gpu
@@ -506,7 +616,9 @@ class LocalBackend:
     def _check_phase(self, ex: _Exec) -> None:
         run = ex.run
         need = set(ex.warmed)
-        if not ex.permitted or need - set(ex.results) - set(ex.failed):
+        if run.elastic and not ex.failed:
+            return  # its prompt groups report one by one (_share_done)
+        if not run.elastic and (not ex.permitted or need - set(ex.results) - set(ex.failed)):
             return
         if ex.failed:
             g, error = next(iter(sorted(ex.failed.items())))
@@ -518,7 +630,10 @@ class LocalBackend:
 
     def _finish(self, ex: _Exec) -> None:
         run = ex.run
-        res = [ex.results[g] for g in sorted(ex.results)]
+        if run.elastic:
+            res = [ex.shares_done[s] for s in sorted(ex.shares_done)]
+        else:
+            res = [ex.results[g] for g in sorted(ex.results)]
         start = min(r.start for r in res) - self.t0
         end = max(r.end for r in res) - self.t0
         k = self._real(run.job, run.iteration)
@@ -541,10 +656,21 @@ class LocalBackend:
                         "ledger_unique": res[0].info["ledger_unique"], "train_s": end - start})
             for hook in self.on_metric:
                 hook(dict(row))
-        m_ = Measured(start_s=start, end_s=end, switch_s=max(r.switch_s for r in res), width_s=end - start,
-                      gpus=len(res), gpu_type=run.gpu_type, busy_gpu_s=sum(r.end - r.start for r in res),
+        busy = sum(r.end - r.start for r in res)
+        width, extra = end - start, {}
+        if run.elastic:
+            # What the same prompt groups would take pulled by the planned GPUs alone: the duration a
+            # profile refit should see, whatever was lent or migrated (prompt_groups.py).
+            shape = pulled_schedule([r.end - r.start for r in res], len(run.gpus), run.watch_threshold or 0.8)
+            width = shape.makespan_s
+            extra = {"shares": run.shares, "tail_share": shape.tail_share, "gpus_peak": ex.peak_gpus,
+                     "shares_taken_back": ex.taken_back, "wasted_gpu_s": ex.wasted_gpu_s,
+                     "share_s_max": max(r.end - r.start for r in res), "share_s_mean": busy / len(res)}
+            busy += ex.wasted_gpu_s
+        m_ = Measured(start_s=start, end_s=end, switch_s=max(r.switch_s for r in res), width_s=width,
+                      gpus=ex.gpus_at_start if run.elastic else len(res), gpu_type=run.gpu_type, busy_gpu_s=busy,
                       switch_gpu_s=sum(r.switch_s for r in res),
-                      cluster=self.topology.node(node_of(run.gpus[0])).cluster)
+                      cluster=self.topology.node(node_of(run.gpus[0])).cluster, extra=extra)
         self.by_run.pop(run, None)
         self.execs.pop(ex.rid, None)
         self.controller.phase_done(run, m_)
@@ -594,6 +720,10 @@ class LocalBackend:
         new.restarts = w.restarts
         self.workers[w.wid] = new
         for ex in list(self.execs.values()):
+            if ex.run.elastic:
+                if self._lost_shares(ex, w.gpu):
+                    lost.append(f"{ex.run.job}/rollout/{self._real(ex.run.job, ex.run.iteration)}")
+                continue
             if w.gpu not in ex.warmed:
                 continue
             run = ex.run
@@ -619,6 +749,24 @@ class LocalBackend:
         self.events.append({"t": self.now(), "event": "worker_died", "gpu": w.gpu, "exit_code": code,
                             "incarnation": w.incarnation, "rerun": lost})
         self._write_workers()
+
+    def _lost_shares(self, ex: _Exec, g: str) -> bool:
+        """A dead worker's prompt groups of an elastic rollout: the one it computed (or was giving
+        back) goes to the queue; a GPU the run still holds warms again and pulls. Groups it finished
+        were reported with their samples on disk and stay done."""
+        lost = [share for gpu, (share, _) in ex.tasks.items() if gpu == g]
+        lost += [share for task, (gpu, share) in list(ex.taking_back.items()) if gpu == g]
+        ex.tasks.pop(g, None)
+        for task in [t for t, (gpu, _) in ex.taking_back.items() if gpu == g]:
+            del ex.taking_back[task]
+        if g in ex.warmed:
+            ex.attempt[g] = ex.attempt.get(g, 0) + 1
+            self._send_warm(ex, g)
+        for share in sorted(lost, reverse=True):
+            self._give_back(ex, share, 0.0)  # its work is lost with the process (not measured)
+        if g in ex.warmed and ex.permitted:
+            self._pull(ex, g)
+        return bool(lost) or g in ex.warmed
 
     # ----- figures ------------------------------------------------------------------------------
     def permit_latency(self) -> dict:

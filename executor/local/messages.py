@@ -1,7 +1,12 @@
 """Typed messages between the controller process and its workers (pickled over multiprocessing pipes).
 
 Controller -> worker: :class:`Warm`, :class:`Permit`, :class:`Unwarm`, :class:`Sync`, :class:`Stop`.
-Worker -> controller: :class:`Ready`, :class:`Done`, :class:`Failed`, :class:`SyncDone`.
+Worker -> controller: :class:`Ready`, :class:`Done`, :class:`Failed`, :class:`Cancelled`, :class:`SyncDone`.
+
+Elastic rollouts: a ``Permit`` with ``task`` > 0 runs one prompt group (share ``shard`` of
+``shards``) and keeps the rollout state on the device for the next one; the controller takes a group
+back by writing its ``task`` to the worker's cancel cell (``Worker.cancel``), and the worker answers
+``Cancelled`` (or ``Done``, when the group finished first).
 Times are ``time.monotonic()`` seconds (one clock for every process on Linux); the backend turns
 them into run time. ``attempt`` tells a re-run (after a worker died) from a late answer to the
 attempt it replaces.
@@ -46,6 +51,7 @@ class Permit:
     group: Group | None = None  # train: the data-parallel group
     save: bool = False  # train: this worker writes the checkpoint
     sent: float = 0.0  # monotonic time of the permit (permit latency)
+    task: int = 0  # > 0: one prompt group of an elastic rollout (cancellable; the state stays resident)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class Done:
     end: float
     switch_s: float  # to_device (+ restore) before, to_host after
     info: dict[str, Any] = field(default_factory=dict)  # tokens, count, ids, stats, path, loss, bytes
+    task: int = 0  # the Permit's task (a prompt group of an elastic rollout)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,18 @@ class Failed:
     wid: int
     error: str
     sync: bool = False
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The prompt group of ``task`` was taken back before it finished: nothing of it was kept."""
+
+    rid: int
+    attempt: int
+    wid: int
+    task: int
+    start: float
+    end: float
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
                    inputs: dict | None = None, progress: Progress | None = None, pin_cores: bool = True,
                    setup: Callable[[Controller, LocalBackend], None] | None = None,
                    drift: DriftOptions | None = None, heartbeat_timeout_s: float = 10.0,
+                   rules: ElasticRules | None = None,
                    backend_factory: Callable[..., LocalBackend] | None = None) -> LocalResult:
     """Every placed job runs ``iterations`` iterations on real workers; ``resume`` continues from DIR's journal
     (on the plan in force then); ``drift`` detects drift on the measurements and replans (module doc).
@@ -138,9 +139,9 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
     backend.on_metric.append(journal.metric)
     try:
         backend.start()
-        # Elastic rules are off: no long-tail migration, no lending (the workers run whole phases).
+        # The plan's elastic rules unless ``rules`` says otherwise (``ElasticRules.off()``: --static).
         # Nothing reports back before step(), so the hooks below see every phase.
-        controller = Controller(backend, todo, topology, live, iterations=None, rules=ElasticRules.off())
+        controller = Controller(backend, todo, topology, live, iterations=None, rules=rules)
         controller.records.extend(past.records)
 
         def on_phase(row: dict) -> None:

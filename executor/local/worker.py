@@ -63,7 +63,15 @@ def start_heartbeat(beat) -> None:
     threading.Thread(target=stamp, name="heartbeat", daemon=True).start()
 
 
-def main(cfg: WorkerConfig, conn: Connection, sync_conn: Connection, beat=None) -> None:
+class CancelCell:
+    """Where the controller writes the task id of the prompt group it takes back (a shared integer
+    for a process worker; the Ray actor sets ``value`` from a concurrent call)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
+def main(cfg: WorkerConfig, conn: Connection, sync_conn: Connection, beat=None, cancel=None) -> None:
     """Process entry point (spawned)."""
     if beat is not None:
         start_heartbeat(beat)
@@ -82,11 +90,11 @@ def main(cfg: WorkerConfig, conn: Connection, sync_conn: Connection, beat=None) 
             os.sched_setaffinity(0, {cores[int(index or 0) % len(cores)]})
     if kind == "cuda":
         torch.cuda.set_device(int(index or 0))
-    Worker(cfg, conn, sync_conn).serve()
+    Worker(cfg, conn, sync_conn, cancel).serve()
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, conn: Connection, sync_conn: Connection):
+    def __init__(self, cfg: WorkerConfig, conn: Connection, sync_conn: Connection, cancel=None):
         import torch
 
         from weave_rl.executor.local.comm import Groups
@@ -108,6 +116,7 @@ class Worker:
         self.latest: dict[str, tuple[int, dict]] = {}  # job -> (iteration, policy weights) after train
         self.resident: tuple[str, str, int] | None = None  # (job, role, rid) on the device
         self.warmed: dict[int, tuple[int, float]] = {}  # rid -> (attempt, switch seconds)
+        self.cancel = cancel if cancel is not None else CancelCell()  # .value: the task taken back
 
     # ----- plumbing ---------------------------------------------------------------------------
     def send(self, msg) -> None:
@@ -242,6 +251,7 @@ class Worker:
         from weave_rl.executor.local import messages as m
         from weave_rl.executor.local.comm import make_all_reduce
         from weave_rl.executor.local.samples import load_samples, merge, save_atomic, save_samples, shard_path, split
+        from weave_rl.executor.workload import RolloutCancelled
 
         attempt, switch = self.warmed.pop(msg.rid, (msg.attempt, 0.0))
         if self.resident is None or self.resident[2] != msg.rid or attempt != msg.attempt:
@@ -258,7 +268,21 @@ class Worker:
             fns = wl.phases()
             if msg.role == "rollout":
                 start = time.monotonic()
-                samples = fns["reward"](fns["rollout"](msg.iteration, msg.shard, msg.shards))
+                if msg.task and self.cancel.value == msg.task:  # taken back before it started
+                    self.send(m.Cancelled(msg.rid, msg.attempt, self.cfg.wid, msg.task, start, start))
+                    return
+                if msg.task:
+                    wl._cancel_check = lambda: self.cancel.value == msg.task
+                try:
+                    samples = fns["reward"](fns["rollout"](msg.iteration, msg.shard, msg.shards))
+                except RolloutCancelled:
+                    self.send(m.Cancelled(msg.rid, msg.attempt, self.cfg.wid, msg.task, start, time.monotonic()))
+                    return
+                finally:
+                    wl._cancel_check = None
+                if msg.task and self.cancel.value == msg.task:  # taken back as it ended: dropped too
+                    self.send(m.Cancelled(msg.rid, msg.attempt, self.cfg.wid, msg.task, start, time.monotonic()))
+                    return
                 end = time.monotonic()
                 path = shard_path(self.root, job, msg.iteration, msg.shard)
                 save_samples(samples, path)
@@ -283,10 +307,13 @@ class Worker:
                         else ({"loss": float(out)} if out is not None else {}),
                         "count": int(mine.count), "batch": int(batch.count), "ledger": len(ledger),
                         "ledger_unique": len(set(ledger)), "stats": dict(batch.stats)}
-            t0 = time.monotonic()
-            self.host[(job, msg.role)] = wl.to_host(msg.role)
-            self.resident = None
-            switch += time.monotonic() - t0
+            if msg.task:  # a prompt group: the state stays for the next one (Unwarm offloads it)
+                self.warmed[msg.rid] = (msg.attempt, 0.0)
+            else:
+                t0 = time.monotonic()
+                self.host[(job, msg.role)] = wl.to_host(msg.role)
+                self.resident = None
+                switch += time.monotonic() - t0
             if msg.role == "train":
                 self.version[(job, "train")] = msg.iteration
                 if msg.save:
@@ -298,7 +325,7 @@ class Worker:
                         old = checkpoint_path(root, job, kind, msg.iteration - KEEP_CHECKPOINTS)
                         old.unlink(missing_ok=True)
         info["permit_latency_s"] = max(0.0, start - msg.sent) if msg.sent else None
-        self.send(m.Done(msg.rid, msg.attempt, self.cfg.wid, start, end, switch, info))
+        self.send(m.Done(msg.rid, msg.attempt, self.cfg.wid, start, end, switch, info, task=msg.task))
 
     def _sync(self, msg) -> None:
         import torch

@@ -8,6 +8,8 @@ pipes with actor methods whose return values are the messages the local worker w
   one at a time in the controller's order (``seq``; Ray does not promise the order of a threaded
   actor's calls), like the local worker's main thread;
 - ``sync(msg)`` in the ``sync`` group, concurrently with compute, like the local sync listener;
+- ``cancel(task)`` in the same group: the prompt group an elastic rollout takes back (the local
+  worker's shared cancel cell);
 - ``watch()`` blocks for the actor's life: its result fails when the actor dies, the Ray counterpart
   of a process sentinel (an idle actor's death is noticed too).
 
@@ -131,6 +133,13 @@ class RayWorker:
             return [m.Failed(msg.sid, msg.attempt, self.cfg.wid, self.error or "worker not started", sync=True)]
         self._thread_setup()
         return self.worker.collect(self.worker._sync, msg)
+
+    @ray.method(concurrency_group="sync")
+    def cancel(self, task: int) -> list:
+        """Take back the prompt group ``task`` (runs beside the computing thread, which checks it)."""
+        if self.worker is not None:
+            self.worker.cancel.value = task
+        return []
 
     @ray.method(concurrency_group="watch")
     def watch(self) -> list:

@@ -317,6 +317,10 @@ class RayBackend(LocalBackend):
             w.seq += 1
         self._track(ref, w)
 
+    def _cancel(self, wid: int, task: int) -> None:
+        w = self.workers[wid]
+        self._track(w.actor.cancel.remote(task), w)
+
     def _receive(self, timeout: float) -> None:
         refs = list(self.pending)
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)

@@ -99,6 +99,8 @@ def run(
                                           "|EWMA(measured / profile) - 1| exceeds this for 5 iterations."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0,
                                          help="Seconds of its GPUs the planner charges a replan for moving a job."),
+    static: bool = typer.Option(False, "--static", help="Ignore the plan's elastic rules: no long-tail migration, "
+                                "no lending (each rollout runs on exactly its planned GPUs)."),
     no_check: bool = typer.Option(False, "--no-check", help="Run a plan that fails the plan checker (experts; "
                                   "the run record says so)."),
     connect_timeout: float = typer.Option(30.0, "--connect-timeout", min=1.0,
@@ -132,6 +134,7 @@ def run(
         drift_threshold = float(saved.get("drift_threshold", drift_threshold))
         migration_cost = float(saved.get("migration_cost", migration_cost))
         no_check = no_check or bool(saved.get("no_check", False))
+        static = static or bool(saved.get("static", False))
     if plan_file is None:
         raise InputError("<command line>", "PLAN", "required (or --resume DIR)")
     if jobs_file is None:
@@ -170,7 +173,7 @@ def run(
         inputs = {"plan": str((out / "plan.yaml").resolve()), "jobs": str((out / "jobs.yaml").resolve()),
                   "topology": topo_ref, "iterations": iterations, "map": device_map, "seed": seed,
                   "threads": threads, "replan": replan, "drift_threshold": drift_threshold,
-                  "migration_cost": migration_cost, "no_check": no_check}
+                  "migration_cost": migration_cost, "no_check": no_check, "static": static}
     if inputs is not None:
         inputs.update({"backend": backend, "address": address})
     from weave_rl.executor.local.backend import WorkerError
@@ -190,11 +193,17 @@ def run(
         run_plan = runner(address, connect_timeout)  # run_plan_local's call, on Ray actors
     else:
         run_plan = run_plan_local
+    from weave_rl.executor.config import ElasticRules
+
+    try:
+        rules = ElasticRules.off() if static else ElasticRules.from_plan(plan.elastic)
+    except ValueError as exc:
+        raise InputError(str(plan_file), "elastic", str(exc)) from None
     progress, bar = _progress(not as_json, iterations * len(plan.jobs))
     try:
         result = run_plan(plan, topo, jobs, out, iterations=iterations, devices=devices, seed=seed,
                                 threads=threads, resume=resume is not None, inputs=inputs, progress=progress,
-                                setup=setup, heartbeat_timeout_s=heartbeat_timeout,
+                                setup=setup, heartbeat_timeout_s=heartbeat_timeout, rules=rules,
                                 drift=DriftOptions(threshold=drift_threshold, migration_cost_s=migration_cost)
                                 if replan else None)
     except InputError:
@@ -216,7 +225,8 @@ def run(
     data = write_run_outputs(out, result, plots=not no_plots, inputs={
         "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
         "map": devices, "seed": seed, "resumed": result.resumed, "replan": replan,
-        "drift_threshold": drift_threshold if replan else None, "plan_checked": not no_check})
+        "drift_threshold": drift_threshold if replan else None, "plan_checked": not no_check},
+        elastic=rules.elastic)
     if as_json:
         print_json({k: v for k, v in data.items() if k not in ("per_job", "log")})
     else:
@@ -246,7 +256,7 @@ def _run_failed(exc: BaseException, out: Path, *, internal: bool) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
+def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict, elastic: bool = False) -> dict:
     """records, metrics.json, job_metrics.csv and the pictures; returns the metrics."""
     from weave_rl.executor.outputs import metrics, records_table, write_outputs
 
@@ -254,7 +264,7 @@ def write_run_outputs(out: Path, result, *, plots: bool, inputs: dict) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     data = metrics(controller, wall_s=result.wall_s, events=len(controller.records))
     data["backend"] = getattr(result.backend, "name", "local")
-    data["elastic"] = False
+    data["elastic"] = elastic
     data["workers"] = result.events
     data["permit_latency"] = result.permit_latency
     data["replans"] = getattr(result, "replans", [])
