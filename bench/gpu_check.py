@@ -194,7 +194,6 @@ def check_pinned(args: argparse.Namespace, until: float) -> dict[str, Any]:
     figs["d2h_peak"] = gbps(n, best_of(lambda: (big_host.copy_(big_dev, non_blocking=True), sync()), reps, until))
     figs["h2d_ratio"] = figs["h2d_toy"] / figs["h2d_peak"]
     figs["d2h_ratio"] = figs["d2h_toy"] / figs["d2h_peak"]
-    del big_host, big_dev
     if cuda:  # pageable host memory for contrast: the driver stages it through its own pinned buffer
         pageable = {k: torch.empty(t.shape, dtype=t.dtype).copy_(t) for k, t in host.items()}
         assert not any(t.is_pinned() for t in pageable.values())
