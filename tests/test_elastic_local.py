@@ -185,3 +185,20 @@ def test_a_worker_lost_in_an_elastic_rollout_loses_no_response_and_repeats_none(
     if how == "stop":
         assert any(e.get("event") == "worker_hung" for e in journal(out))
     check_exactly_once(out, n)
+
+
+def test_the_same_elastic_plan_on_ray_actors(tmp_path):
+    """The Ray backend runs the elastic rules through the same worker (a private local Ray instance)."""
+    pytest.importorskip("ray")
+    folder = tmp_path / "in"
+    write_inputs(folder)
+    n = 3
+    out = tmp_path / "run"
+    args = [a for a in run_args(folder, out, n) if a not in ("--map", MAP)] + ["--backend", "ray"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    frame = check_exactly_once(out, n)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["backend"] == "ray" and metrics["elastic"] is True
+    assert metrics["elastic_actions"]["loans"] > 0 and frame[frame.phase == "rollout"].gpus_peak.max() == 3
