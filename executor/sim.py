@@ -14,10 +14,16 @@ Model (all times in seconds):
 - Rollouts (elastic runs) progress as a fluid. The *bulk* -- the first ``threshold`` share of the
   responses -- is ``(1 - tail_share) * D`` of work, done at rate ``sum(speed) / planned GPUs``
   (``speed`` 1 on the planned GPU type, the ``hbm_tbps`` ratio on another type), so a rollout on
-  half its GPUs runs at half speed and lent GPUs speed it up. The *tail* -- the long responses --
-  is ``tail_share * D`` of work and is latency-bound: it runs at rate 1 on its planned GPUs (or
-  more) and at ``1 / tail_slowdown`` on fewer (after long-tail migration), whatever the count.
-  Without migration or lending a rollout therefore takes exactly ``D``.
+  half its GPUs runs at half speed; a lent GPU (one not among the planned) adds ``lend_gain * speed``
+  (a loan joins mid-rollout, takes whole prompt groups and may have one taken back: 1 is the
+  proportional ideal). The *tail* -- the long responses -- is ``tail_share * D`` of work and is
+  latency-bound: it runs at rate 1 on its planned GPUs (or more) and at ``1 / tail_slowdown`` on
+  fewer (after long-tail migration), whatever the count. Without migration or lending a rollout
+  therefore takes exactly ``D``. ``tail_share``, ``tail_slowdown`` and ``lend_gain`` are assumptions
+  (defaults below) unless fitted from real records (``profiles/elastic_fit.py``), per job in
+  ``SimModel.jobs``. An elastic rollout's record carries the columns a real backend writes where the
+  fluid model has them: ``shares``, ``tail_share`` (the job's), ``gpus_peak``, ``shares_taken_back``
+  and ``wasted_gpu_s`` (0: a fluid wastes nothing).
 - Weight sync follows the topology's two-stage model (``Topology.sync_time_s``). The part that
   crosses an inter-cluster link (one model copy at the bottleneck bandwidth of the two node sets)
   is a flow: concurrent syncs over the same link split its capacity evenly (``link_policy="fair"``)
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -40,6 +46,7 @@ import numpy as np
 from weave_rl.executor.backend import Callbacks, Measured, PhaseRun, SyncRun
 from weave_rl.executor.events import EventQueue, Timer
 from weave_rl.planner.model import PlanningModel
+from weave_rl.profiles.elastic_fit import ElasticParams
 from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology, node_of, switch_of
 
@@ -53,6 +60,11 @@ LINK_POLICIES = ("fair", "deadline")
 class SimModel:
     tail_share: float = 0.3  # share of a rollout's time after the threshold share of responses is done
     tail_slowdown: float = 1.05  # the tail on fewer GPUs than planned
+    # Share of a lent GPU's speed that becomes bulk progress. 1.0, the proportional ideal, stays the
+    # default: no GPU measurement is at hand to replace it, and the CPU runs that fit it share a core
+    # between the lender and the borrower (a gain near 0 there says nothing about GPUs). Fit it.
+    lend_gain: float = 1.0
+    jobs: Mapping[str, ElasticParams] = field(default_factory=dict, hash=False)  # fitted per job
     link_sharing: bool = True
     # How concurrent syncs share a link: "fair" (even split, what uncoordinated TCP flows get) or
     # "deadline" (the controller's transfer schedule: earliest deadline first, each flow takes what
@@ -62,6 +74,17 @@ class SimModel:
     def __post_init__(self) -> None:
         if self.link_policy not in LINK_POLICIES:
             raise ValueError(f"link_policy must be one of {', '.join(LINK_POLICIES)}, got {self.link_policy!r}")
+        for where, params in [("", self.default), *((f"job {j}: ", p) for j, p in self.jobs.items())]:
+            bad = params.problems()
+            if bad:
+                raise ValueError(f"{where}{bad[0][0]}: {bad[0][1]}")
+
+    @property
+    def default(self) -> ElasticParams:
+        return ElasticParams(self.tail_share, self.tail_slowdown, self.lend_gain)
+
+    def params(self, job: str) -> ElasticParams:
+        return self.jobs.get(job) or self.default
 
 
 @dataclass(frozen=True)
@@ -84,8 +107,10 @@ class _Exec:
     last: float = 0.0
     started: float | None = None
     gpus_at_start: int = 0
+    gpus_peak: int = 0
     busy_gpu_s: float = 0.0
     active: int = 0
+    params: ElasticParams = ElasticParams()
     timer: Timer | None = None
     ready_timers: list[Timer] = field(default_factory=list)
 
@@ -180,7 +205,8 @@ class SimBackend:
         ex.duration = d
         if run.elastic:
             ex.stage = "bulk"
-            ex.work = d * (1.0 - self.model.tail_share)
+            ex.params = self.model.params(run.job)
+            ex.work = d * (1.0 - ex.params.tail_share)
             for g, t in ex.ready.items():
                 if t > self.now():
                     ex.ready_timers.append(self.events.at(t, lambda e=ex: self._reflow(e)))
@@ -293,11 +319,14 @@ class SimBackend:
         now = self.now()
         active = [g for g, t in ex.ready.items() if t <= now + 1e-12]
         ex.active = len(active)
+        ex.gpus_peak = max(ex.gpus_peak, ex.active)
         planned = len(ex.run.gpus)
         if ex.stage == "bulk":
-            ex.rate = sum(self._speed(ex, g) for g in active) / planned
+            own = set(ex.run.gpus)
+            gain = ex.params.lend_gain
+            ex.rate = sum(self._speed(ex, g) * (1.0 if g in own else gain) for g in active) / planned
         else:
-            ex.rate = 0.0 if not active else (1.0 if len(active) >= planned else 1.0 / self.model.tail_slowdown)
+            ex.rate = 0.0 if not active else (1.0 if len(active) >= planned else 1.0 / ex.params.tail_slowdown)
         if ex.rate > 0 and ex.started is None:
             ex.started = now
             ex.gpus_at_start = len(active)
@@ -313,7 +342,7 @@ class SimBackend:
         ex.timer = None
         if ex.stage == "bulk":
             ex.stage = "tail"
-            ex.work = ex.duration * self.model.tail_share
+            ex.work = ex.duration * ex.params.tail_share
             self._reflow(ex)
             if ex.run.watch_threshold is not None:
                 self.controller.threshold_reached(ex.run)
@@ -329,9 +358,14 @@ class SimBackend:
         run = ex.run
         now = self.now()
         start = ex.started if ex.started is not None else now
+        extra = {}
+        if run.elastic:  # the columns a real backend writes, for a column-by-column comparison
+            extra = {"shares": run.shares, "tail_share": ex.params.tail_share, "gpus_peak": ex.gpus_peak,
+                     "shares_taken_back": 0, "wasted_gpu_s": 0.0}
         m = Measured(start_s=start, end_s=now, switch_s=ex.switch_s, width_s=ex.duration,
                      gpus=ex.gpus_at_start or len(run.gpus), gpu_type=run.gpu_type, busy_gpu_s=ex.busy_gpu_s,
-                     switch_gpu_s=ex.switch_gpu_s, cluster=self.topology.node(_node_of(run.gpus[0])).cluster)
+                     switch_gpu_s=ex.switch_gpu_s, cluster=self.topology.node(_node_of(run.gpus[0])).cluster,
+                     extra=extra)
         self.controller.phase_done(run, m)
 
     # ----- weight sync ------------------------------------------------------------------------

@@ -11,6 +11,12 @@ For every job and phase (rollout, train) that has records:
 - if several GPU counts were measured on the reference GPU type, ``scaling`` becomes
   ``{gpus: sorted counts, duration_s: median per count}``.
 
+An elastic rollout row (one with the real backend's ``shares`` column given) contributes its
+``width_s`` -- the pulled-schedule makespan of its prompt groups on its planned GPUs alone -- not its
+wall time ``duration_s``, which lending shortened and migration lengthened: the simulator applies
+those itself (``executor/sim.py``), so a wall-time fit would count them twice. The elastic model
+itself (tail share, lending gain) is fitted by ``profiles/elastic_fit.py``.
+
 Phases and jobs without records stay as they are. ``reward`` and ``sync`` rows are accepted but
 ignored: the jobs file has no duration for them (reward is folded into rollout, sync is computed
 from the topology). Any other phase name, or a job missing from the jobs file, is an
@@ -46,6 +52,7 @@ def fit_jobs(
     """
     frame = validate_records(records, records_file,
                              check=lambda f: row_problems(f, jobs, records_file, gpu_types))
+    frame = _planned_durations(frame)
     fitted = []
     for job in jobs.jobs:
         updates = {}
@@ -58,6 +65,19 @@ def fit_jobs(
                     raise InputError(records_file, f"job {job.name}.{name}", str(exc)) from None
         fitted.append(job.model_copy(update=updates) if updates else job)
     return JobSet(jobs=fitted)
+
+
+def _planned_durations(frame: pd.DataFrame) -> pd.DataFrame:
+    """``duration_s`` of elastic rollout rows replaced by their planned-GPU ``width_s`` (module doc)."""
+    from weave_rl.profiles.elastic_fit import elastic_rows
+
+    rows = elastic_rows(frame).index
+    if not len(rows) or "width_s" not in frame.columns:
+        return frame
+    width = pd.to_numeric(frame.loc[rows, "width_s"], errors="coerce")
+    frame = frame.copy()
+    frame.loc[rows, "duration_s"] = width.where(width > 0, frame.loc[rows, "duration_s"])
+    return frame
 
 
 def _fit_phase(phase: PhaseSpec, rows: pd.DataFrame) -> PhaseSpec:

@@ -129,9 +129,16 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
                 jobs_file: Path = typer.Option(..., "--jobs", "-j", help="Jobs YAML to update."),
                 out: Path = typer.Option(..., "-o", "--out", help="Updated jobs YAML to write."),
                 topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology whose GPU types the "
-                                                       "records may name (default: the built-in catalog).")) -> None:
-    """Refit job profiles from measured records (DESIGN 3.4)."""
+                                                       "records may name (default: the built-in catalog)."),
+                elastic_out: Optional[Path] = typer.Option(
+                    None, "--elastic-out", help="Also write the sim's elastic model (tail_share, tail_slowdown, "
+                    "lend_gain, per job) fitted from the elastic rollout rows, for weave simulate --elastic-model.")
+                ) -> None:
+    """Refit job profiles from measured records (DESIGN 3.4); elastic rollout rows also fit the simulator's
+    elastic model (profiles/elastic_fit.py), printed and, with --elastic-out, written."""
     from weave_rl.core.errors import Problems
+    from weave_rl.core.yamlio import dump_yaml, write_text_file
+    from weave_rl.profiles.elastic_fit import describe, elastic_model_data, fit_elastic
     from weave_rl.profiles.fit import fit_jobs, row_problems
     from weave_rl.profiles.jobs import load_jobs, save_jobs
     from weave_rl.profiles.records import read_records
@@ -153,9 +160,22 @@ def profile_fit(records: Path = typer.Argument(..., metavar="RECORDS", help="Mea
         frame = read_records(records, check)
     problems.raise_if_any()
     check_output_file(out, "--out")
+    if elastic_out is not None:
+        check_output_file(elastic_out, "--elastic-out")
     fitted = fit_jobs(frame, jobs, records_file=str(records), gpu_types=catalog)
+    elastic = fit_elastic(frame, str(records))
+    if elastic_out is not None and elastic is None:
+        raise InputError(str(records), "shares", "no elastic rollout rows (a --static run?): nothing for --elastic-out")
     save_jobs(fitted, out)
     console.print(f"fitted {len(frame)} records onto {len(fitted.jobs)} jobs; wrote {out}")
+    if elastic is not None:
+        console.print(f"elastic model from {elastic.rows} rollout rows ({elastic.lent_rows} with a lent GPU, "
+                      f"{elastic.taken_back_rows} had groups taken back): {describe(elastic.default)}", highlight=False)
+        for name, params in elastic.jobs.items():
+            console.print(f"  {name}: {describe(params)}", highlight=False)
+        if elastic_out is not None:
+            write_text_file(elastic_out, dump_yaml(elastic_model_data(elastic, str(records))))
+            console.print(f"wrote {elastic_out}")
 
 
 # ----- demo ---------------------------------------------------------------------------------

@@ -46,6 +46,9 @@ def simulate(
     link_policy: str = typer.Option("deadline", "--link-policy",
                                     help="How syncs share a link: deadline (the controller serves the least SLO "
                                          "slack first) or fair (even split, uncoordinated flows)."),
+    elastic_model: Optional[Path] = typer.Option(
+        None, "--elastic-model", help="Elastic model fitted from real records (weave profile fit --elastic-out): "
+        "tail_share, tail_slowdown, lend_gain, per job; replaces the plan's and the built-in assumptions."),
     time_limit: float = typer.Option(10.0, "--time-limit", min=0.01, help="Solver time limit per (re)plan."),
     threads: int = typer.Option(2, "--threads", min=1, max=1024, help="Solver threads."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for records, metrics and pictures."),
@@ -125,6 +128,8 @@ def simulate(
     if link_policy not in ("deadline", "fair"):
         raise InputError("<command line>", "--link-policy", f"expected deadline or fair, got {link_policy!r}")
     model = _sim_model(plan.elastic if plan is not None else {}, not no_link_sharing, link_policy)
+    if elastic_model is not None:
+        model = _fitted_model(model, elastic_model, jobs.names)
     progress, bar = _progress(not as_json)
     servers: list = []  # the --metrics-port server, closed after --metrics-linger
 
@@ -201,7 +206,8 @@ def simulate(
     data["inputs"] = {"plan": str(plan_file) if plan_file else None, "topology": topo.name, "jobs": str(jobs_file),
                       "policy": plan.policy if plan else policy, "seed": seed, "iterations": None if trace else iterations,
                       "trace": trace, "drift": drift, "fail": fail, "elastic": not static,
-                      "link_sharing": not no_link_sharing, "link_policy": link_policy}
+                      "link_sharing": not no_link_sharing, "link_policy": link_policy,
+                      "elastic_model": str(elastic_model) if elastic_model else None}
     paths = write_outputs(out, controller, data)
     if not no_plots:
         from weave_rl.executor.outputs import records_table
@@ -239,6 +245,17 @@ def _sim_model(elastic: dict, link_sharing: bool, link_policy: str = "deadline")
                          f"need 0 <= tail_share < 1 and tail_slowdown >= 1 (got {tail_share}, {tail_slowdown})")
     return SimModel(tail_share=tail_share, tail_slowdown=tail_slowdown, link_sharing=link_sharing,
                     link_policy=link_policy)
+
+
+def _fitted_model(model, path: Path, jobs: list[str]):
+    """``model`` with the fitted elastic parameters of ``path`` (keys it leaves out keep ``model``'s)."""
+    from dataclasses import replace
+
+    from weave_rl.profiles.elastic_fit import load_elastic_model
+
+    default, per_job = load_elastic_model(path, jobs, model.default)
+    return replace(model, tail_share=default.tail_share, tail_slowdown=default.tail_slowdown,
+                   lend_gain=default.lend_gain, jobs=per_job)
 
 
 def _metrics(port: Optional[int], setup, servers: Optional[list] = None):
