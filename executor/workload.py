@@ -148,10 +148,11 @@ class Workload(ABC):
 
 WorkloadFactory = Callable[[str, Mapping[str, Any], int], Workload]
 _REGISTRY: dict[str, WorkloadFactory] = {}
-# Built-in kinds: the module whose import registers each. Looked up by name, like a plugin, so that
-# this contract stays below the workloads that implement it (no import cycle).
-BUILTIN_KINDS = {"grpo": "weave_rl.executor.rl", "bandit": "weave_rl.executor.local.toy",
-                 "longtail": "weave_rl.executor.local.longtail"}
+# Built-in kinds, by import string like a plugin: this contract stays below the workloads that
+# implement it (no import cycle), and a kind resolves even when its module was imported before the
+# registry was reset.
+BUILTIN_KINDS = {"grpo": "weave_rl.executor.rl.grpo:GRPOWorkload", "bandit": "weave_rl.executor.local.toy:Bandit",
+                 "longtail": "weave_rl.executor.local.longtail:LongTail"}
 # Installed packages offer kinds here: ``[project.entry-points."weave.workloads"] my_kind = "pkg.mod:Cls"``.
 ENTRY_POINT_GROUP = "weave.workloads"
 
@@ -248,8 +249,9 @@ def workload_factory(kind: str) -> WorkloadFactory:
     if kind in _REGISTRY:
         return _REGISTRY[kind]
     if kind in BUILTIN_KINDS:
+        module_name, _, attr = BUILTIN_KINDS[kind].partition(":")
         try:
-            importlib.import_module(BUILTIN_KINDS[kind])
+            _REGISTRY[kind] = getattr(importlib.import_module(module_name), attr)
         except ImportError as exc:
             raise ValueError(f"the built-in {kind} workload is not available ({exc})") from None
     elif ":" in kind:
