@@ -10,7 +10,9 @@
 ``long_tail_migration`` may also carry the sim backend's tail model, ``tail_share`` (share of a
 rollout's time left when the threshold share of responses is done, default 0.3) and
 ``tail_slowdown`` (the tail on fewer GPUs, default 1.05); ``weave simulate`` reads them. Both are
-assumptions of this simulator, not figures from the paper.
+defaults of this simulator, not figures from the paper: ``weave profile fit --elastic-out`` fits them
+(and the lending gain) from the records of a real elastic run, ``weave simulate --elastic-model``
+reads the fit.
 """
 
 from __future__ import annotations
