@@ -133,9 +133,22 @@ def test_file_overrides_and_adds_gpu_types(tmp_path):
         "gpu_types:\n  H20: {tflops_bf16: 148, hbm_gb: 96, hbm_tbps: 4.0, usd_per_hour: 1.0}\n"
         "  MI300X: {tflops_bf16: 1307, hbm_gb: 192, hbm_tbps: 5.3, usd_per_hour: 3.0}\n"
         "clusters:\n  - {name: r, gpu_type: H20, nodes: 2}\n  - {name: m, gpu_type: MI300X, nodes: 1}\n"
+        "links:\n  - {between: [r, m], gbps: 100}\n"
     )
     topo = load_topology(path)
     assert topo.cost_usd_per_hour() == pytest.approx(16 * 1.0 + 8 * 3.0)
+
+
+def test_clusters_no_link_joins_are_one_clear_error(tmp_path):
+    """Without a link path a weight sync between the clusters has no route (the planner used to die
+    with a ValueError traceback): the file is refused, naming the clusters cut off."""
+    path = tmp_path / "t.yaml"
+    path.write_text("name: cut\nclusters:\n  - {name: a, gpu_type: H20, nodes: 1}\n  - {name: b, gpu_type: H20, nodes: 1}\n"
+                    "  - {name: c, gpu_type: H800, nodes: 1}\nlinks:\n  - {between: [a, b], gbps: 10}\n")
+    with pytest.raises(InputError) as info:
+        load_topology(path)
+    assert str(info.value) == (f"{path}: links: no link path between clusters 'a' and 'c': add "
+                               "{between: [a, c], gbps: ...} (or a chain of links)")
 
 
 def test_missing_file_and_unknown_preset():

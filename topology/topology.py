@@ -63,7 +63,11 @@ class Topology:
     # ----- construction -------------------------------------------------------------------
     def _check_references(self) -> None:
         problems = Problems(self.source)
-        for key, reason in _reference_problems(self.spec.model_dump(), self.gpu_types):
+        data = self.spec.model_dump()
+        found = _reference_problems(data, self.gpu_types)
+        # Connectivity only of an otherwise sound file: a bad name or link already explains a cut.
+        found = found or _disconnected([c["name"] for c in data["clusters"]], data["links"])
+        for key, reason in found:
             problems.add(key, reason)
         problems.raise_if_any()
 
@@ -242,6 +246,23 @@ def _reference_problems(data: Mapping, gpu_types: Mapping) -> list[tuple[str, st
             if isinstance(end, str) and names and end not in names:
                 out.append((f"links[{i}].between[{k}]", f"unknown cluster {end!r} (clusters: {', '.join(names)})"))
     return out
+
+
+def _disconnected(names: list[str], links: list) -> list[tuple[str, str]]:
+    """Clusters no chain of links joins: a weight sync between them would have no path, so a
+    disaggregated job could never span them (one problem per cluster cut off from the first)."""
+    if len(names) < 2:
+        return []
+    graph = nx.Graph()
+    graph.add_nodes_from(names)
+    for link in links:
+        between = link.get("between") if isinstance(link, Mapping) else None
+        if isinstance(between, (list, tuple)) and len(between) == 2 and all(e in graph for e in between):
+            graph.add_edge(*between)
+    reachable = nx.node_connected_component(graph, names[0])
+    return [("links", f"no link path between clusters {names[0]!r} and {name!r}: add "
+             f"{{between: [{names[0]}, {name}], gbps: ...}} (or a chain of links)")
+            for name in names if name not in reachable]
 
 
 def topology_to_data(topology: Topology) -> dict:
