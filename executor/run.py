@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 from weave_rl.executor.config import ElasticRules
 from weave_rl.executor.controller import Controller
+from weave_rl.executor.loop import drive
 from weave_rl.executor.sim import DriftFn, Fault, SimBackend, SimModel
 from weave_rl.planner.plan import Plan
 from weave_rl.profiles.jobs import JobSet
@@ -43,18 +44,17 @@ def simulate_plan(plan: Plan, topology: Topology, jobs: JobSet, *, iterations: i
     if setup is not None:
         setup(controller, backend)
     total = max(1, sum(st.total for st in controller.state.values()))
-    steps = 0
-    while not controller.all_finished() and backend.step():
-        steps += 1
+
+    def on_step(steps: int) -> None:
         if progress is not None and steps % 2000 == 0:
             done = sum(st.done["sync"] + 1 for st in controller.state.values())
             progress(done / total, backend.now())
-        if steps >= max_events:
-            raise RuntimeError(f"simulation did not finish within {max_events} events")
+
+    backend.start()
+    try:
+        drive(controller, backend, on_step=on_step, max_steps=max_events, label="simulation")
+    finally:
+        backend.stop()
     if progress is not None:
         progress(1.0, backend.now())
-    unfinished = [j for j, st in controller.state.items() if not st.finished]
-    if unfinished:
-        raise RuntimeError(f"simulation stalled at t={backend.now():.1f} s with unfinished jobs: "
-                           f"{', '.join(sorted(unfinished)[:5])}")
     return SimResult(controller, backend, time.perf_counter() - wall, backend.events.processed, backend.now())

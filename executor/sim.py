@@ -164,6 +164,12 @@ class SimBackend:
     def add_job(self, spec: JobSpec) -> None:
         self.specs[spec.name] = spec
 
+    def start(self) -> None:
+        """Nothing to start: the simulated clock begins at 0 (the Backend lifecycle)."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
     def now(self) -> float:
         return self.events.now
 

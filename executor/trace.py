@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from weave_rl.executor.config import ElasticRules
 from weave_rl.executor.controller import Controller
+from weave_rl.executor.loop import drive
 from weave_rl.executor.run import Progress, SimResult
 from weave_rl.executor.sim import DriftFn, Fault, SimBackend, SimModel
 from weave_rl.planner.api import make_plan
@@ -115,18 +116,14 @@ def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: in
         return not pending_arrivals() and not waiting and controller.all_finished()
 
     total = sum(j.iterations or 1 for j in jobs.jobs)
-    steps = 0
-    while backend.step():
-        steps += 1
+
+    def on_step(steps: int) -> None:
         if progress is not None and steps % 5000 == 0:
             progress(sum(st.done["sync"] + 1 for st in controller.state.values()) / max(1, total), backend.now())
-        if done():
-            break
+
+    drive(controller, backend, finished=done, on_step=on_step, label="trace")
     if progress is not None:
         progress(1.0, backend.now())
-    unfinished = [j for j, st in controller.state.items() if not st.finished and j in controller.target.jobs]
-    if unfinished or controller.pending is not None:
-        raise RuntimeError(f"trace stalled at t={backend.now():.1f} s: unfinished {', '.join(sorted(unfinished)[:5])}")
     log.never_admitted = list(waiting)
     result = SimResult(controller, backend, time.perf_counter() - wall, backend.events.processed, backend.now())
     result.extra["trace"] = log

@@ -23,6 +23,7 @@ from typing import Callable
 
 from weave_rl.executor.config import ElasticRules
 from weave_rl.executor.controller import Controller
+from weave_rl.executor.loop import drive
 from weave_rl.executor.local.backend import LocalBackend, pick_device
 from weave_rl.executor.local.journal import Journal, JournalState
 from weave_rl.planner.plan import Plan, plan_from_data, plan_to_data, save_plan
@@ -184,18 +185,17 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
         if setup is not None:
             setup(controller, backend)
         total = iterations * len(todo.jobs)
+
+        def on_step(_: int) -> None:
+            flush()
+            if progress is not None:
+                done = sum(offsets.get(j, 0) + st.done["sync"] + 1 for j, st in controller.state.items())
+                progress(done, total, backend.now())
+
         try:
-            while not controller.all_finished() and backend.step():
-                flush()
-                if progress is not None:
-                    done = sum(offsets.get(j, 0) + st.done["sync"] + 1 for j, st in controller.state.items())
-                    progress(done, total, backend.now())
+            drive(controller, backend, on_step=on_step, label="local run")
         finally:
             flush()  # a failed phase's event (phase_failed, with its error) reaches the journal too
-        unfinished = [j for j, st in controller.state.items() if not st.finished]
-        if unfinished:
-            raise RuntimeError(f"local run stalled at t={backend.now():.1f} s with unfinished jobs: "
-                               f"{', '.join(sorted(unfinished))}")
     finally:
         backend.stop()
         journal.close()
