@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from weave_rl.executor.backend import Backend
 from weave_rl.executor.config import ElasticRules
 from weave_rl.executor.controller import Controller
 from weave_rl.executor.loop import drive
@@ -56,12 +57,28 @@ def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: in
               rules: ElasticRules | None = None, model: SimModel | None = None, drift: DriftFn | None = None,
               faults: Sequence[Fault] = (), reopt_every_s: float | None = None, migration_cost_s: float = 60.0,
               reopt_time_limit_s: float = 10.0, threads: int = 2, progress: Progress | None = None,
-              setup: Callable[[Controller, SimBackend], None] | None = None) -> SimResult:
+              setup: Callable[[Controller, Backend], None] | None = None,
+              backend: Backend | None = None) -> SimResult:
+    """Run the trace on ``backend`` (default: the simulator, with ``seed``, ``model``, ``drift`` and
+    ``faults``; a ``LocalBackend`` built for all of ``jobs`` runs it on real workers in real seconds,
+    starting each GPU's worker when a plan first uses it). The trace starts and stops the backend."""
     start_plan = planner.plan
-    backend = SimBackend(topology, jobs, seed=seed, model=model, drift=drift, faults=faults,
-                         quantile=start_plan.quantile)
+    if backend is None:
+        backend = SimBackend(topology, jobs, seed=seed, model=model, drift=drift, faults=faults,
+                             quantile=start_plan.quantile)
+    backend.start()
+    try:
+        return _run(topology, jobs, planner, backend, rules, reopt_every_s, migration_cost_s, reopt_time_limit_s,
+                    threads, progress, setup)
+    finally:
+        backend.stop()
+
+
+def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend, rules: ElasticRules | None,
+         reopt_every_s: float | None, migration_cost_s: float, reopt_time_limit_s: float, threads: int,
+         progress: Progress | None, setup: Callable[[Controller, Backend], None] | None) -> SimResult:
     wall = time.perf_counter()
-    controller = Controller(backend, start_plan, topology, JobSet(), rules=rules)
+    controller = Controller(backend, planner.plan, topology, JobSet(), rules=rules)
     log = TraceLog()
     waiting: list[str] = []
     arrived: dict[str, float] = {}
@@ -121,11 +138,11 @@ def run_trace(topology: Topology, jobs: JobSet, planner: OnlineLike, *, seed: in
         if progress is not None and steps % 5000 == 0:
             progress(sum(st.done["sync"] + 1 for st in controller.state.values()) / max(1, total), backend.now())
 
-    drive(controller, backend, finished=done, on_step=on_step, label="trace")
+    steps = drive(controller, backend, finished=done, on_step=on_step, label="trace")
     if progress is not None:
         progress(1.0, backend.now())
     log.never_admitted = list(waiting)
-    result = SimResult(controller, backend, time.perf_counter() - wall, backend.events.processed, backend.now())
+    result = SimResult(controller, backend, time.perf_counter() - wall, steps, backend.now())
     result.extra["trace"] = log
     return result
 
