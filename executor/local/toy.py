@@ -15,13 +15,17 @@ moves real bytes; host copies are pinned when the device is CUDA.
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from weave_rl.executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload
+from weave_rl.executor.workload import (AllReduce, HostState, OptionError, Role, Samples, Workload, phase,
+                                        register_workload)
 
 PARAMS = ("w1", "b1", "w2", "b2")
+OPTIONS = {"arms": int, "features": int, "hidden": int, "batch": int, "steps": int, "epochs": int, "lr": float}
 
 
 def move(state: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -51,10 +55,7 @@ class Bandit(Workload):
     def __init__(self, job: str, options: Mapping[str, Any], seed: int) -> None:
         super().__init__(job, options, seed)
         o = self.options
-        known = {"arms", "features", "hidden", "batch", "steps", "epochs", "lr"}
-        unknown = set(o) - known
-        if unknown:
-            raise ValueError(f"unknown bandit option(s): {', '.join(sorted(unknown))}")
+        self.check_options(o, Path("."))
         self.arms = int(o.get("arms", 8))
         self.features = int(o.get("features", 16))
         self.hidden = int(o.get("hidden", 64))
@@ -67,6 +68,19 @@ class Bandit(Workload):
         self.host: dict[str, HostState] = {}
         self.dev: dict[str, dict[str, torch.Tensor]] = {}
         self.pending: dict[str, torch.Tensor] | None = None  # synced before any rollout state existed
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any], base: Path) -> None:
+        """Every option a positive number of its type (``lr`` a float, the others integers), no unknown key."""
+        for key, value in options.items():
+            if key not in OPTIONS:
+                raise OptionError(key, f"unknown bandit option (options: {', '.join(OPTIONS)})")
+            kind = OPTIONS[key]
+            ok = (not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+                  and math.isfinite(value) and value > 0)
+            if not ok:
+                raise OptionError(key, f"expected a positive {'number' if kind is float else 'integer'}, got {value!r}")
+        return None
 
     # -- state ---------------------------------------------------------------------------------
     def initial_state(self, role: Role) -> HostState:
