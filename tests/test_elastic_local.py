@@ -128,6 +128,23 @@ def test_pulled_schedule_by_hand():
     assert pulled_schedule([], 3, 0.8).makespan_s == 0
 
 
+def test_a_torch_rollout_stops_between_decoding_steps_when_its_group_is_taken_back():
+    from weave_rl.executor.rl import GRPOWorkload
+    from weave_rl.executor.workload import RolloutCancelled
+
+    w = GRPOWorkload("G", {"group_size": 2, "prompts_per_iteration": 2}, 5)
+    w.to_device("rollout", w.initial_state("rollout"), torch.device("cpu"))
+    calls = []
+    w._cancel_check = lambda: calls.append(1) or len(calls) > 2
+    with pytest.raises(RolloutCancelled):
+        w.rollout(0, 0, 1)
+    assert len(calls) == 3  # stopped at the third decoding step, not at the end of the group
+    w._cancel_check = lambda: False
+    checked = w.rollout(0, 0, 1)
+    w._cancel_check = None
+    assert torch.equal(checked.data["response_ids"], w.rollout(0, 0, 1).data["response_ids"])
+
+
 def test_elastic_rollouts_lend_migrate_and_keep_every_response_exactly_once(tmp_path):
     folder = tmp_path / "in"
     write_inputs(folder)

@@ -89,6 +89,28 @@ def test_samples_layout_and_logprobs(engine_job):
     assert torch.equal(again.data["response_ids"], ids)
 
 
+def test_a_prompt_group_taken_back_aborts_its_requests_and_regenerates_the_same(engine_job):
+    """Long-tail migration on vLLM: the cancel check stops the engine between steps, the unfinished
+    requests are aborted (the engine is free), and the group regenerated from its seeds is the same
+    as an uninterrupted run (the step loop samples what ``generate`` samples)."""
+    from weave_rl.executor.workload import RolloutCancelled
+
+    w = engine_job
+    calls = []
+    w._cancel_check = lambda: calls.append(1) or len(calls) > 3
+    try:
+        with pytest.raises(RolloutCancelled):
+            w.rollout(1, 0, 2)
+        assert len(calls) == 4 and not w.rollout_engine.llm.llm_engine.has_unfinished_requests()
+        w._cancel_check = lambda: False
+        stepped = w.rollout(1, 0, 2)
+    finally:
+        w._cancel_check = None
+    plain = w.rollout(1, 0, 2)
+    assert torch.equal(stepped.data["response_ids"], plain.data["response_ids"])
+    assert torch.equal(stepped.data["old_logprobs"], plain.data["old_logprobs"])
+
+
 def test_weight_update_in_place_matches_trainer_greedy(engine_job):
     w = engine_job
     prompt = w._prompt_tokens(w.problem(5, 0))

@@ -339,18 +339,20 @@ class GRPOWorkload(Workload):
             noise.append(torch.rand((group, steps), generator=gen))
         n = len(rows)
         prompt_index = torch.tensor([p for p in prompts for _ in range(group)], dtype=torch.long)
+        stop = self.check_cancelled if self._cancel_check is not None else None  # an elastic prompt group
         if n and self.rollout_engine is not None:
             prompt_ids, prompt_mask = left_pad(rows, self.tokenizer.pad_id)
             out = self.rollout_engine.sample(
                 rows[::group], [mix_seed(self.seed, iteration, p, STREAM_SAMPLE) for p in prompts], group=group,
                 max_tokens=steps, temperature=self.opts.temperature, eos_id=self.tokenizer.eos_id,
-                pad_id=self.tokenizer.pad_id)
+                pad_id=self.tokenizer.pad_id, between_steps=stop)
             response_ids, response_mask, logprobs = out.response_ids, out.response_mask, out.logprobs
         elif n:
             prompt_ids, prompt_mask = left_pad(rows, self.tokenizer.pad_id)
             dev = slot.device
             out = sample(slot.policy, prompt_ids.to(dev), prompt_mask.to(dev), torch.cat(noise).to(dev),
-                         temperature=self.opts.temperature, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id)
+                         temperature=self.opts.temperature, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id,
+                         between_steps=stop)
             response_ids, response_mask, logprobs = out.response_ids.cpu(), out.response_mask.cpu(), out.logprobs.cpu()
         else:  # more shards than prompts: an empty share, same columns
             prompt_ids, prompt_mask = torch.zeros((0, 1), dtype=torch.long), torch.zeros((0, 1), dtype=torch.bool)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers import PreTrainedModel
@@ -51,8 +51,10 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sample(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, uniforms: torch.Tensor,
-           *, temperature: float, eos_id: int, pad_id: int) -> Decoded:
-    """Decode ``uniforms.shape[1]`` tokens per row; all inputs on the model's device."""
+           *, temperature: float, eos_id: int, pad_id: int,
+           between_steps: Callable[[], None] | None = None) -> Decoded:
+    """Decode ``uniforms.shape[1]`` tokens per row; all inputs on the model's device. ``between_steps``
+    runs before every decoding step (``Workload.check_cancelled``: it raises to stop the decode)."""
     n, steps = uniforms.shape
     device = prompt_ids.device
     out_ids = torch.full((n, steps), pad_id, dtype=torch.long, device=device)
@@ -65,6 +67,8 @@ def sample(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
     next_pos = pos[:, -1:] + 1
     for t in range(steps):
+        if between_steps is not None:
+            between_steps()
         logp = torch.log_softmax(out.logits[:, -1].float() / temperature, dim=-1)
         cdf = logp.exp().cumsum(-1)
         target = (uniforms[:, t] * cdf[:, -1]).unsqueeze(-1)

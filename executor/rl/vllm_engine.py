@@ -66,7 +66,7 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 # Before vLLM reads its environment: the engine must live in this process (see above).
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -250,17 +250,24 @@ class VLLMRollout:
 
     # -- generation ----------------------------------------------------------------------------------
     def sample(self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], *, group: int, max_tokens: int,
-               temperature: float, eos_id: int, pad_id: int) -> Decoded:
+               temperature: float, eos_id: int, pad_id: int,
+               between_steps: Callable[[], None] | None = None) -> Decoded:
         """``group`` responses per prompt, rows prompt-major (``prompt * group + member``), in the torch
         rollout's layout: ids padded with ``pad_id`` after the end, mask True up to and including EOS,
-        log-probs of the sampled tokens under softmax(logits / T), 0 where masked."""
+        log-probs of the sampled tokens under softmax(logits / T), 0 where masked. ``between_steps``
+        runs before every engine step; when it raises (a prompt group taken back), the requests still
+        running are aborted in the engine, so it is free for the next group, and the error goes on."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         llm = self._ready()
         params = [SamplingParams(n=group, temperature=temperature, max_tokens=max_tokens, seed=int(s) & _SEED_MASK,
                                  logprobs=0, stop_token_ids=[eos_id], detokenize=False) for s in seeds]
-        outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        if between_steps is None:
+            outs = llm.generate(requests, params, use_tqdm=False)
+        else:
+            outs = self._step_loop(llm, requests, params, between_steps)
         n = len(prompts) * group
         ids = torch.full((n, max_tokens), pad_id, dtype=torch.long)
         mask = torch.zeros((n, max_tokens), dtype=torch.bool)
@@ -276,6 +283,30 @@ class VLLMRollout:
                     mask[row, :len(toks)] = True
                     logp[row, :len(toks)] = torch.tensor([lp[t].logprob for t, lp in zip(toks, c.logprobs)])
         return Decoded(ids, mask, logp)
+
+    def _step_loop(self, llm: Any, requests: list, params: list, between_steps: Callable[[], None]) -> list:
+        """``llm.generate`` one engine step at a time, so the decode can be stopped between steps."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = llm.llm_engine
+        self._next_request = getattr(self, "_next_request", 0)
+        names = []
+        for request, sp in zip(requests, params):
+            sp.output_kind = RequestOutputKind.FINAL_ONLY  # one output per prompt, all n responses (as generate)
+            self._next_request += 1
+            names.append(f"weave-{self._next_request}")
+            engine.add_request(names[-1], request, sp)
+        finished: dict[str, Any] = {}
+        try:
+            while len(finished) < len(names):
+                between_steps()
+                for out in engine.step():
+                    if out.finished:
+                        finished[out.request_id] = out
+        except BaseException:
+            engine.abort_request([n for n in names if n not in finished])
+            raise
+        return [finished[n] for n in names]
 
     def greedy(self, prompt: Sequence[int], max_tokens: int, eos_id: int) -> list[int]:
         """The greedy (temperature 0) continuation of one prompt, up to and including EOS."""
