@@ -1,28 +1,35 @@
-"""``LocalBackend``: the Backend protocol over worker processes on this machine (DESIGN 5).
+"""``WorkerBackend``: the Backend protocol over one worker per logical GPU (DESIGN 5), whatever
+carries the messages; ``LocalBackend`` is it over worker processes on this machine.
 
-One spawned worker process per logical GPU of the plan (``weave_rl.executor.local.worker``), each on the
-device the ``--map`` gives it. The controller's calls become messages: ``warm`` -> ``Warm`` (the
-worker loads the job's state at once), ``permit`` -> ``Permit`` (it computes as soon as its switch is
-done), ``release``/``abort`` -> ``Unwarm`` (all on the worker's command pipe, which its computing main
-thread reads), ``start_sync`` -> ``Sync`` to the trainer (rank 0) and every rollout worker of the job
-(on a second pipe, read by the worker's sync listener even while it computes). ``step()`` waits on every worker's pipe and process sentinel
-(``multiprocessing.connection.wait``) with a timeout that respects ``call_at`` timers; ``now()`` is
-wall-clock seconds since the run started.
+One worker per logical GPU of the plan (``weave_rl.executor.local.worker``), each on the device the
+``--map`` gives it. How a worker is started, reached and declared dead is its ``Transport``
+(``transport.py``): ``ProcessTransport`` (spawned processes, pipes, sentinels: the ``local``
+backend) or ``RayTransport`` (actors: ``weave_rl.executor.ray_backend``). Everything else is here,
+the same for both: executions and their attempts, results, elastic prompt groups, restarts and
+re-runs, timers, measured times, job rows, events.
+
+The controller's calls become messages: ``warm`` -> ``Warm`` (the worker loads the job's state at
+once), ``permit`` -> ``Permit`` (it computes as soon as its switch is done), ``release``/``abort`` ->
+``Unwarm`` (all commands, run in order by the worker's computing thread), ``start_sync`` -> ``Sync``
+to the trainer (rank 0) and every rollout worker of the job (read beside the compute, even while
+it computes). ``step()`` waits for the transport's events with a timeout that respects ``call_at``
+timers; ``now()`` is seconds since the run started on the driver's clock.
 
 Data: a rollout worker writes its shard to ``DIR/samples`` and reports ids, tokens and reward; the
 train workers of that iteration get every shard's path and take their contiguous rows.
 
-Faults: a worker that dies (``kill -9``) is noticed at once through its process sentinel, restarted
-(a new incarnation, hence new torch.distributed groups), and everything it was part of is re-run
-*inside the backend*: a rollout shard on the new worker (same prompts, same seeds, same policy
-version: the same samples, overwriting the same file), a train gang on all its members (each
-restores the train state of the previous iteration from ``DIR/checkpoints``, so the iteration's
-samples are trained on exactly once), a weight sync on all its endpoints (a fresh trainer reads the
-policy checkpoint). The controller only sees a slower phase; other jobs carry on. Choice: not the
-controller's ``node_down`` path, which on the one-node ``local`` topology would restart every job.
-A worker that hangs (SIGSTOP, a wedged interpreter) is alive to its sentinel, so every worker also
-stamps a shared heartbeat (``worker.start_heartbeat``); one silent for ``heartbeat_timeout_s`` is
-killed (event ``worker_hung``), and its death takes the path above.
+Faults: a worker that dies (``kill -9``, ``ray.kill``) is reported at once by its transport
+(``Lost``: a process sentinel, a failed actor call), restarted (a new incarnation, hence new
+torch.distributed groups), and everything it was part of is re-run *inside the backend*: a rollout
+shard on the new worker (same prompts, same seeds, same policy version: the same samples,
+overwriting the same file), a train gang on all its members (each restores the train state of the
+previous iteration from ``DIR/checkpoints``, so the iteration's samples are trained on exactly
+once), a weight sync on all its endpoints (a fresh trainer reads the policy checkpoint). The
+controller only sees a slower phase; other jobs carry on. Choice: not the controller's
+``node_down`` path, which on the one-node ``local`` topology would restart every job. A worker that
+hangs (SIGSTOP, a wedged interpreter) is alive to its sentinel, so the transport also watches a
+heartbeat (a shared stamp, a clock ping); one silent for ``heartbeat_timeout_s`` is killed (event
+``worker_hung``), and its death takes the path above.
 
 Plan switches (drift replanning): the controller drains the groups a new plan changes and installs
 the new timetables at their cycle boundary; the backend needs no notice of it. A job that moves
@@ -32,8 +39,8 @@ sample ids, written by rank 0 after every train phase, so nothing is lost or tra
 rollout worker loads the policy checkpoint of the job's latest sync; new gangs get new
 torch.distributed groups (a group's name lists its members). A GPU of the new plan that has no
 worker yet gets one when the plan is asked for (``prepare``) or on first use (``_wid``), on the
-least-loaded device of this run (``pick_device``); it serves its first job once its cold start is
-over (its commands wait in its pipe).
+device its transport picks (the least-loaded one of this run: ``pick_device``); it serves its first
+job once its cold start is over (its commands wait for it).
 """
 
 from __future__ import annotations
@@ -44,57 +51,24 @@ from collections import deque
 import itertools
 import json
 import math
-import multiprocessing as mp
 import os
 import secrets
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable, Sequence
 
 from weave_rl.executor.backend import Callbacks, Measured, PhaseRun, SyncRun
 from weave_rl.executor.local import messages as m
-from weave_rl.executor.local.worker import WorkerConfig, main as worker_main
+from weave_rl.executor.local.transport import (MALLOC_ENV, Event, Hung, Lost, ProcessTransport, Reply, Transport,
+                                               WorkerError, WorkerHandle, pick_device, worker_env)
+from weave_rl.executor.local.worker import WorkerConfig
 from weave_rl.executor.prompt_groups import pulled_schedule
 from weave_rl.profiles.jobs import JobSet
 from weave_rl.topology.topology import Topology, node_of
 
-
-# glibc returns large freed blocks to the OS (mmap), so every warm switch on a CPU "device" would
-# page-fault its fresh buffers in again (4x slower than a copy). Workers keep freed memory instead,
-# as a GPU's caching allocator does (bench.executor, section a).
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(4 * 1024 ** 3)}
-
-
-@contextlib.contextmanager
-def worker_env():
-    """The environment a spawned worker starts with (set around ``Process.start``)."""
-    saved = {k: os.environ.get(k) for k in MALLOC_ENV}
-    for k, v in MALLOC_ENV.items():
-        os.environ.setdefault(k, v)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def pick_device(devices: dict[str, str], pool: Sequence[str] | None = None) -> str:
-    """The device of ``pool`` (default: those ``devices`` uses) with the fewest logical GPUs on it."""
-    pool = sorted(set(pool or devices.values()))
-    if not pool:
-        from weave_rl.executor.local.devices import available_devices
-
-        pool = available_devices()
-    load = {d: 0 for d in pool}
-    for d in devices.values():
-        if d in load:
-            load[d] += 1
-    return min(pool, key=lambda d: (load[d], pool.index(d)))
+__all__ = ["LocalBackend", "MALLOC_ENV", "WorkerBackend", "WorkerError", "drop_rendezvous", "make_rendezvous",
+           "pick_device", "worker_env"]
 
 
 def make_rendezvous(root: Path) -> str:
@@ -110,26 +84,6 @@ def drop_rendezvous(path: str | None) -> None:
     if path is not None:
         with contextlib.suppress(OSError):
             os.unlink(path)
-
-
-class WorkerError(RuntimeError):
-    """A worker failed in a way a restart does not explain (a bug in a workload, a missing file)."""
-
-
-@dataclass
-class _Worker:
-    wid: int
-    gpu: str
-    device: str
-    proc: mp.Process
-    conn: object  # commands to the worker's main (compute) thread, and every reply
-    sync_conn: object  # weight syncs, read by the worker's sync listener
-    beat: object = None  # shared double: the worker's last time.monotonic() stamp
-    cancel: object = None  # shared integer: the task of the prompt group taken back (worker.CancelCell)
-    incarnation: int = 0
-    ready: bool = False
-    restarts: int = 0
-    late: bool = False  # spawned during the run (a GPU only a later plan uses)
 
 
 @dataclass(eq=False)
@@ -166,15 +120,21 @@ class _SyncExec:
     failed: dict[int, str] = field(default_factory=dict)
 
 
-class LocalBackend:
+class WorkerBackend:
+    """The bookkeeping of a run over workers; ``transport`` starts and reaches them (default: a
+    ``ProcessTransport`` over the devices of ``devices``)."""
+
     def __init__(self, topology: Topology, jobs: JobSet, devices: dict[str, str], root: Path, *, seed: int = 0,
                  threads: int = 1, offsets: dict[str, int] | None = None, clock_start: float = 0.0,
                  pin_cores: bool = True, max_restarts: int = 5, start_timeout_s: float = 180.0,
-                 gpu_jobs: dict[str, set[str]] | None = None, heartbeat_timeout_s: float = 10.0):
+                 gpu_jobs: dict[str, set[str]] | None = None, heartbeat_timeout_s: float = 10.0,
+                 transport: Transport | None = None):
         self.topology = topology
         self.specs = {j.name: j for j in jobs.jobs}
         self.devices = dict(devices)  # logical GPU -> device
-        self.device_pool = sorted(set(self.devices.values()))  # where GPUs of a later plan go
+        # A GPU of a later plan goes to the least-loaded device of this run.
+        self.transport: Transport = transport or ProcessTransport(sorted(set(self.devices.values())))
+        self.name = self.transport.name  # metrics.json's backend
         self.root = Path(root)
         self.threads = threads
         self.offsets = dict(offsets or {})
@@ -188,7 +148,6 @@ class LocalBackend:
         self.clock_start = clock_start
         self.t0 = time.monotonic() - clock_start
         self.controller: Callbacks | None = None
-        self.workers: list[_Worker] = []
         self.wid_of: dict[str, int] = {}
         self.execs: dict[int, _Exec] = {}
         self.by_run: dict[PhaseRun, _Exec] = {}
@@ -204,69 +163,37 @@ class LocalBackend:
         self.events: list[dict] = []
         self.on_metric: list[Callable[[dict], None]] = []
         self.rendezvous: str | None = None  # FileStore path (comm.Groups)
-        self.ctx = mp.get_context("spawn")
+        self.worker_root = str(self.root)  # the run folder as the workers see it
+
+    @property
+    def workers(self) -> Sequence[WorkerHandle]:
+        """The current incarnation of every worker, by wid (the transport's handles)."""
+        return self.transport.workers
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Spawn one worker per logical GPU and wait until all are up; the clock starts then."""
-        self.rendezvous = make_rendezvous(self.root)
-        for wid, gpu in enumerate(sorted(self.devices)):
-            self.wid_of[gpu] = wid
-            self.workers.append(self._spawn(wid, gpu, self.devices[gpu], 0))
-        deadline = time.monotonic() + self.start_timeout_s
-        while not all(w.ready for w in self.workers):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerError(f"workers did not start within {self.start_timeout_s:.0f} s")
-            for obj in wait([w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers], left):
-                w = self._worker_of(obj)
-                if obj is w.proc.sentinel:
-                    raise WorkerError(f"worker for {w.gpu} ({w.device}) exited with code {w.proc.exitcode} "
-                                      "while starting")
-                try:
-                    msg = w.conn.recv()
-                except (EOFError, OSError):
-                    continue  # its sentinel says why
-                if isinstance(msg, m.Failed):
-                    raise WorkerError(f"worker for {w.gpu} ({w.device}) could not start:\n{msg.error.strip()}")
-                self._handle(msg)
+        """Start one worker per logical GPU and wait until all are up; the clock starts then."""
+        root = self.transport.worker_root(self.root)
+        self.worker_root = str(root)
+        self.rendezvous = make_rendezvous(root)
+        for w in self.transport.start(self.devices, self._config, self.start_timeout_s):
+            self.wid_of[w.gpu] = w.wid
+            self.devices[w.gpu] = w.device  # the transport may have chosen it (Ray: per node)
         self.t0 = time.monotonic() - self.clock_start
         self._write_workers()
+        self.transport.write_placement(self.root)
 
     def stop(self) -> None:
-        for w in self.workers:
-            try:
-                w.conn.send(m.Stop())
-            except (OSError, BrokenPipeError):
-                pass
-        deadline = time.monotonic() + 10
-        for w in self.workers:
-            w.proc.join(max(0.1, deadline - time.monotonic()))
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join(5)
+        self.transport.stop()
         drop_rendezvous(self.rendezvous)
 
-    def _spawn(self, wid: int, gpu: str, device: str, incarnation: int) -> _Worker:
-        cfg = WorkerConfig(wid, incarnation, gpu, device, self.threads, self.rendezvous, str(self.root), self.blocks,
-                           self.pin_cores, tuple(sorted(self.gpu_jobs.get(gpu, ()))))
-        parent, child = self.ctx.Pipe()
-        sync_child, sync_parent = self.ctx.Pipe(duplex=False)
-        beat = self.ctx.Value("d", time.monotonic(), lock=False)  # the start counts as a stamp
-        cancel = self.ctx.Value("q", 0, lock=False)
-        proc = self.ctx.Process(target=worker_main, args=(cfg, child, sync_child, beat, cancel),
-                                name=f"weave-worker-{wid}", daemon=True)
-        with worker_env():
-            proc.start()
-        child.close()
-        sync_child.close()
-        return _Worker(wid, gpu, device, proc, parent, sync_parent, beat, cancel, incarnation)
+    def _config(self, wid: int, gpu: str, device: str, incarnation: int = 0) -> WorkerConfig:
+        return WorkerConfig(wid, incarnation, gpu, device, self.threads, self.rendezvous, self.worker_root,
+                            self.blocks, self.pin_cores, tuple(sorted(self.gpu_jobs.get(gpu, ()))))
 
     def _write_workers(self) -> None:
-        data = [{"gpu": w.gpu, "device": w.device, "pid": w.proc.pid, "incarnation": w.incarnation}
-                for w in self.workers]
         tmp = self.root / ".workers.json.tmp"
-        tmp.write_text(json.dumps(data, indent=1))
+        tmp.write_text(json.dumps(self.transport.worker_rows(), indent=1))
         os.replace(tmp, self.root / "workers.json")
 
     # ----- Backend protocol ---------------------------------------------------------------------
@@ -391,10 +318,8 @@ class LocalBackend:
         self._give_back(ex, share, msg.end - msg.start)
 
     def _cancel(self, wid: int, task: int) -> None:
-        """Tell worker ``wid`` to drop the prompt group ``task`` (the transport: Ray overrides it)."""
-        cell = self.workers[wid].cancel
-        if cell is not None:
-            cell.value = task
+        """Tell worker ``wid`` to drop the prompt group ``task``."""
+        self.transport.cancel(wid, task)
 
     def start_sync(self, run: SyncRun) -> None:
         sender = self._wid(run.train_gpus[0], run.job)
@@ -415,45 +340,28 @@ class LocalBackend:
         return 1.0
 
     def step(self) -> bool:
-        self._check_heartbeats()
+        for ev in self.transport.check_heartbeats(self.heartbeat_timeout_s):
+            self._on(ev)
         if self._fire_timers():
             return True
         timeout = self._wait_budget()
         if timeout is None:
             return False
-        self._receive(timeout)
+        for ev in self.transport.receive(timeout):  # one at a time: a restart before the next message
+            self._on(ev)
         return True
 
-    def _check_heartbeats(self) -> None:
-        """Kill every worker whose heartbeat is older than the timeout; its sentinel then reports the
-        death and ``_died`` restarts it and re-runs what it was part of."""
-        now = time.monotonic()
-        for w in self.workers:
-            beat = getattr(w, "beat", None)
-            if beat is None or not w.proc.is_alive():
-                continue
-            silent = now - beat.value
-            if silent > self.heartbeat_timeout_s:
-                self.events.append({"t": self.now(), "event": "worker_hung", "gpu": w.gpu, "pid": w.proc.pid,
-                                    "incarnation": w.incarnation, "silent_s": round(silent, 3)})
-                w.proc.kill()
-
-    def _receive(self, timeout: float) -> None:
-        """Wait up to ``timeout`` s for worker messages and deaths, and handle what came (the
-        transport: the Ray backend overrides this)."""
-        objs = [w.conn for w in self.workers] + [w.proc.sentinel for w in self.workers]
-        for obj in wait(objs, timeout):
-            w = self._worker_of(obj)
-            if w is None:
-                continue
-            if obj is w.proc.sentinel:
-                self._died(w)
-                continue
-            try:
-                while w.conn.poll():
-                    self._handle(w.conn.recv())
-            except (EOFError, OSError):
-                pass  # its sentinel reports the death
+    def _on(self, ev: Event) -> None:
+        w = self.workers[ev.wid]
+        if ev.incarnation != w.incarnation:
+            return  # from an incarnation restarted since: its re-run replaces what it did
+        if isinstance(ev, Reply):
+            self._handle(ev.msg)
+        elif isinstance(ev, Hung):  # the transport kills it; its death comes as Lost
+            self.events.append({"t": self.now(), "event": "worker_hung", "gpu": w.gpu, "pid": w.pid,
+                                "incarnation": w.incarnation, "silent_s": round(ev.silent_s, 3)})
+        elif isinstance(ev, Lost):
+            self._died(ev.wid, ev.code)
 
     def prepare(self, gpu_jobs: dict[str, set[str]]) -> None:
         """Start a worker now for each GPU of ``gpu_jobs`` that has none (a plan was asked for: the cold
@@ -480,18 +388,18 @@ class LocalBackend:
         wid = self.wid_of.get(gpu)
         if wid is not None:
             return wid
-        device = self.devices.get(gpu) or pick_device(self.devices, self.device_pool)
+        device = self.transport.device_for(gpu, self.devices)
         self.devices[gpu] = device
         if job is not None:
             self.gpu_jobs.setdefault(gpu, set()).add(job)
         wid = len(self.workers)
         self.wid_of[gpu] = wid
-        w = self._spawn(wid, gpu, device, 0)
+        w = self.transport.spawn(self._config(wid, gpu, device))
         w.late = True
-        self.workers.append(w)
         self.events.append({"t": self.now(), "event": "worker_started", "gpu": gpu, "device": device,
-                            "pid": w.proc.pid, "jobs": sorted(self.gpu_jobs.get(gpu, ()))})
+                            "pid": w.pid, "jobs": sorted(self.gpu_jobs.get(gpu, ()))})
         self._write_workers()
+        self.transport.write_placement(self.root)
         return wid
 
     def _exec(self, run: PhaseRun) -> _Exec:
@@ -513,11 +421,7 @@ class LocalBackend:
         return k - 1 if run.phase == "train" else self.synced[run.job]
 
     def _send(self, wid: int, msg, sync: bool = False) -> None:
-        w = self.workers[wid]
-        try:
-            (w.sync_conn if sync else w.conn).send(msg)
-        except (OSError, BrokenPipeError):
-            pass  # dead: its sentinel fires and the restart re-sends what it needs
+        self.transport.send(wid, msg, sync)
 
     def _send_warm(self, ex: _Exec, g: str) -> None:
         run = ex.run
@@ -552,17 +456,11 @@ class LocalBackend:
                                      load=w.wid in sx.loads))
 
     # ----- receiving ----------------------------------------------------------------------------
-    def _worker_of(self, obj) -> _Worker | None:
-        for w in self.workers:
-            if obj is w.conn or obj is w.proc.sentinel:
-                return w
-        return None
-
     def _handle(self, msg) -> None:
         if isinstance(msg, m.Ready):
             w = self.workers[msg.wid]
             if msg.incarnation == w.incarnation:
-                w.ready = True
+                w.ready, w.pid = True, msg.pid
                 if w.incarnation > 0 or w.late:
                     self.events.append({"t": self.now(), "event": "worker_up", "gpu": w.gpu, "pid": msg.pid,
                                         "incarnation": w.incarnation})
@@ -704,21 +602,16 @@ class LocalBackend:
         return fired
 
     # ----- faults -------------------------------------------------------------------------------
-    def _died(self, w: _Worker) -> None:
-        w.proc.join(1)
-        code = w.proc.exitcode
-        for conn in (w.conn, w.sync_conn):
-            try:
-                conn.close()
-            except OSError:
-                pass
+    def _died(self, wid: int, code: int | str | None) -> None:
+        """Worker ``wid`` is gone (``code``: its exit code, or why): a new incarnation, and a re-run of
+        what it was part of."""
+        w = self.workers[wid]
         w.restarts += 1
         if w.restarts > self.max_restarts:
             raise WorkerError(f"worker for {w.gpu} died {w.restarts} times (last exit code {code})")
         lost = []
-        new = self._spawn(w.wid, w.gpu, w.device, w.incarnation + 1)
+        new = self.transport.spawn(self._config(wid, w.gpu, w.device, w.incarnation + 1))
         new.restarts = w.restarts
-        self.workers[w.wid] = new
         for ex in list(self.execs.values()):
             if ex.run.elastic:
                 if self._lost_shares(ex, w.gpu):
@@ -782,3 +675,6 @@ def _percentiles(values: list[float]) -> dict:
         return {"p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "n": 0}
     pick = lambda q: xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]  # noqa: E731
     return {"p50_ms": 1e3 * pick(0.5), "p99_ms": 1e3 * pick(0.99), "max_ms": 1e3 * xs[-1], "n": len(xs)}
+
+
+LocalBackend = WorkerBackend  # over worker processes (its default transport); the name the local run uses
