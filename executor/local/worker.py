@@ -53,7 +53,7 @@ def checkpoint_path(root: Path, job: str, kind: str, k: int) -> Path:
 def start_heartbeat(beat) -> None:
     """Stamp ``beat`` (a shared double) with ``time.monotonic()`` every ``HEARTBEAT_S`` from a thread
     of its own: a stopped process (SIGSTOP) or one whose interpreter is wedged stops stamping, and the
-    controller kills and restarts it (``LocalBackend._check_heartbeats``)."""
+    controller kills and restarts it (``ProcessTransport.check_heartbeats``)."""
 
     def stamp() -> None:
         while True:
