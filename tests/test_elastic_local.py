@@ -219,3 +219,42 @@ def test_the_same_elastic_plan_on_ray_actors(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["backend"] == "ray" and metrics["elastic"] is True
     assert metrics["elastic_actions"]["loans"] > 0 and frame[frame.phase == "rollout"].gpus_peak.max() == 3
+
+
+def test_a_worker_killed_computing_a_migrated_tail_loses_no_response(tmp_path):
+    """Right after long-tail migration, the worker that kept the tail (computing its last prompt
+    group) is killed: it restarts, warms again and regenerates the group; nothing lost or doubled."""
+    from weave_rl.executor.inputs import load_run_inputs
+    from weave_rl.executor.local.run import run_plan_local
+
+    folder = tmp_path / "in"
+    topo_file, jobs_file, plan_file = write_inputs(folder, steps=3000, hidden=128)
+    plan, topo, jobs = load_run_inputs(plan_file, jobs_file, str(topo_file))
+    killed: list[str] = []
+
+    def setup(controller, backend):
+        migrate = controller.threshold_reached
+
+        def threshold_reached(run):
+            before = controller.elastic_counts["migrations"]
+            migrate(run)
+            if not killed and controller.elastic_counts["migrations"] > before and run.computing:
+                gpu = sorted(run.computing)[0]
+                os.kill(backend.workers[backend.wid_of[gpu]].pid, signal.SIGKILL)
+                killed.append(gpu)
+
+        controller.threshold_reached = threshold_reached
+
+    n = 4
+    devices = dict(part.split("=") for part in MAP.split(","))
+    res = run_plan_local(plan, topo, jobs, tmp_path / "run", iterations=n, devices=devices, setup=setup)
+    assert killed, "no tail was migrated"
+    died = [e for e in res.events if e["event"] == "worker_died"]
+    assert [e["gpu"] for e in died] == killed and died[0]["rerun"]
+    rows = sorted(res.job_rows, key=lambda r: (r["job"], r["iteration"]))
+    assert [(r["job"], r["ledger"], r["ledger_unique"]) for r in rows] == [
+        (j, BATCH * (k + 1), BATCH * (k + 1)) for j in "AB" for k in range(n)]
+    for job in "AB":
+        ck = torch.load(tmp_path / "run" / "checkpoints" / job / f"train-{n - 1}.pt", weights_only=False)
+        assert sorted(ck["ledger"]) == expected_ids(job, n)
+    assert sum(int(r.get("shares_taken_back", 0)) for r in res.records if r["phase"] == "rollout") >= 1
