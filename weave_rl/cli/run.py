@@ -177,7 +177,7 @@ def run(
     if inputs is not None:
         inputs.update({"backend": backend, "address": address})
     from weave_rl.executor.local.backend import WorkerError
-    from weave_rl.executor.local.run import DriftOptions, run_plan_local
+    from weave_rl.executor.local.run import DriftOptions
 
     setup = None
     servers: list = []  # the --metrics-port server, closed after --metrics-linger
@@ -187,12 +187,7 @@ def run(
         setup = metrics_setup(metrics_port, announce=lambda url: err_console.print(f"metrics on {url}",
                                                                                    highlight=False), servers=servers)
 
-    if backend == "ray":
-        from weave_rl.executor.ray_backend.run import runner
-
-        run_plan = runner(address, connect_timeout)  # run_plan_local's call, on Ray actors
-    else:
-        run_plan = run_plan_local
+    run_plan = _runner(backend, address, connect_timeout)
     from weave_rl.executor.config import ElasticRules
 
     try:
@@ -220,8 +215,7 @@ def run(
     if result.controller is None:
         console.print(f"every job had already finished its {iterations} iterations; {out} is unchanged")
         return
-    if backend == "ray":
-        devices = dict(result.backend.devices)  # where the actors ran (ray_placement.json has the nodes)
+    devices = dict(result.backend.devices)  # where the workers ran (Ray: ray_placement.json has the nodes)
     data = write_run_outputs(out, result, plots=not no_plots, inputs={
         "plan": str(plan_file), "jobs": str(jobs_file), "topology": topo.name, "iterations": iterations,
         "map": devices, "seed": seed, "resumed": result.resumed, "replan": replan,
@@ -235,6 +229,18 @@ def run(
         from weave_rl.executor.monitoring import linger_and_close
 
         linger_and_close(servers, metrics_linger, lambda text: err_console.print(text, highlight=False))
+
+
+def _runner(backend: str, address: str | None, connect_timeout: float):
+    """The run call for ``--backend`` (``run_plan_local``'s signature): the one place that reads the
+    name; the loop, journal, elastic rules and drift are the same for every backend."""
+    if backend == "ray":
+        from weave_rl.executor.ray_backend.run import runner
+
+        return runner(address, connect_timeout)  # Ray actors as the workers' transport
+    from weave_rl.executor.local.run import run_plan_local
+
+    return run_plan_local
 
 
 def _run_failed(exc: BaseException, out: Path, *, internal: bool) -> None:
