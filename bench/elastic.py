@@ -16,8 +16,10 @@ in this process:
 - ``elastic``: the plan's rules, migration plus lending.
 
 Then the simulator's prediction of the elastic run: the profiles and the sim's elastic model (tail
-share, lending gain) refit from that run's records, the same plan simulated with them, each job's
-steady iteration against the real one (target within 10 %).
+share, lending gain) refit from that run's records, the same plan simulated with them (as many
+iterations, mean of 5 seeds), each job's steady iteration against the real one (target within
+10 %); the same for the static run (profiles only), which tells the profile fit's share of a gap from
+the elastic model's.
 
 Throughput is generated tokens over the run's span (first rollout start to last sync end); the
 figure of merit is each elastic mode's throughput over ``static``'s in the same round (the machine is
@@ -80,20 +82,21 @@ def build_inputs(folder: Path, rollout_s: float, train_s: float):
 
 
 def steady_iteration_s(records: list[dict]) -> dict[str, float]:
-    """Per job: the median spacing of its iterations' ends (sync ends), the first iteration left out."""
+    """Per job: the mean spacing of its iterations' ends (sync ends), the first iteration left out
+    (a mean, not a median: rollout lengths are heavy-tailed, and throughput is what the mean says)."""
     ends: dict[str, list[float]] = {}
     for r in records:
         if r["phase"] == "sync":
             ends.setdefault(r["job"], []).append(r["end_s"])
-    return {j: statistics.median(b - a for a, b in zip(sorted(e)[1:], sorted(e)[2:])) for j, e in ends.items()}
+    return {j: (max(e) - min(e)) / (len(e) - 1) for j, e in ends.items() if len(e) > 1}
 
 
-def predict(plan, topo, jobs, records: list[dict], iterations: int) -> dict[str, float]:
+def predict(plan, topo, jobs, records: list[dict], iterations: int, rules, seeds: int = 5) -> dict[str, float]:
     """Refit the profiles and the sim's elastic model from a real run's records (what ``weave profile
-    fit --elastic-out`` does), simulate the same plan with them, and return the steady iterations."""
+    fit --elastic-out`` does), simulate the same plan with them under ``rules`` for as many iterations
+    as the real run, and return each job's steady iteration averaged over ``seeds`` simulations."""
     import pandas as pd
 
-    from weave_rl.executor.config import ElasticRules
     from weave_rl.executor.run import simulate_plan
     from weave_rl.executor.sim import SimModel
     from weave_rl.profiles.elastic_fit import ElasticParams, fit_elastic
@@ -102,17 +105,20 @@ def predict(plan, topo, jobs, records: list[dict], iterations: int) -> dict[str,
     frame = pd.DataFrame(records)
     fitted = fit_jobs(frame, jobs, gpu_types=topo.gpu_types)
     fit = fit_elastic(frame)
+    model = SimModel()
+    if fit is not None:
+        def params(values: dict) -> ElasticParams:
+            return ElasticParams(**{k: v for k, v in values.items() if v is not None})
 
-    def params(values: dict) -> ElasticParams:
-        return ElasticParams(**{k: v for k, v in values.items() if v is not None})
-
-    base = params(fit.default)
-    model = SimModel(tail_share=base.tail_share, tail_slowdown=base.tail_slowdown, lend_gain=base.lend_gain,
-                     jobs={j: params(v) for j, v in fit.jobs.items()})
-    print(f"  fitted elastic model: {fit.default} per job {fit.jobs}")
-    sim = simulate_plan(plan, topo, fitted, iterations=iterations, rules=ElasticRules.from_plan(plan.elastic),
-                        model=model)
-    return steady_iteration_s(sim.controller.records)
+        base = params(fit.default)
+        model = SimModel(tail_share=base.tail_share, tail_slowdown=base.tail_slowdown, lend_gain=base.lend_gain,
+                         jobs={j: params(v) for j, v in fit.jobs.items()})
+        print(f"  fitted elastic model: tail share {fit.default['tail_share']:.2f} "
+              f"(A {fit.jobs['A']['tail_share']:.2f}, B {fit.jobs['B']['tail_share']:.2f}), "
+              f"lending gain {fit.default['lend_gain']}")
+    runs = [steady_iteration_s(simulate_plan(plan, topo, fitted, iterations=iterations, rules=rules, model=model,
+                                             seed=seed).controller.records) for seed in range(seeds)]
+    return {j: statistics.mean(r[j] for r in runs) for j in runs[0]}
 
 
 def run_once(plan, topo, jobs, out: Path, iterations: int, rules) -> dict:
@@ -163,11 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"(wasted {g['wasted_gpu_s']:.2f} GPU-s)  median tail share {g['tail_share']:.2f}")
             for name in ratios:
                 ratios[name].append(got[name]["tokens_per_s"] / got["static"]["tokens_per_s"])
-            real = got["elastic"]["steady_s"]
-            sim = predict(plan, topo, jobs, got["elastic"]["records"], 4 * args.iterations)
-            print(f"round {rnd} simulator with fitted parameters against the real elastic run: " + ", ".join(
-                f"{j} real {real[j]:.2f} s sim {sim[j]:.2f} s ({100 * (sim[j] / real[j] - 1):+.1f}%)" for j in sorted(real))
-                + " (target within 10%)")
+            plan_rules = ElasticRules.from_plan(plan.elastic)
+            for name, rules in (("static", ElasticRules.off()), ("elastic", plan_rules)):
+                real = got[name]["steady_s"]
+                sim = predict(plan, topo, jobs, got[name]["records"], args.iterations, rules)
+                print(f"round {rnd} simulator refit from the {name} run, against it: " + ", ".join(
+                    f"{j} real {real[j]:.2f} s sim {sim[j]:.2f} s ({100 * (sim[j] / real[j] - 1):+.1f}%)"
+                    for j in sorted(real)) + " (target within 10%)")
         for name, values in ratios.items():
             print(f"{name} / static throughput: " + " ".join(f"{v:.3f}x" for v in values)
                   + f"  (median {statistics.median(values):.3f}x; floor for migration alone: 1.10x)")
