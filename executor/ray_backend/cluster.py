@@ -83,6 +83,14 @@ def connect(address: str | None, *, num_cpus: int | None = None, connect_timeout
     return True
 
 
+_STUCK: list[threading.Thread] = []  # ray.init calls given up on (still running in their thread)
+
+
+def init_left_running() -> bool:
+    """Whether a ``ray.init`` this process gave up on is still running (the CLI then exits at once)."""
+    return any(t.is_alive() for t in _STUCK)
+
+
 def _init_within(timeout_s: float, **kwargs) -> None:
     """``ray.init(**kwargs)``, or ``TimeoutError`` after ``timeout_s`` (the stuck call is left in a
     daemon thread: the process exits with its error all the same)."""
@@ -101,6 +109,7 @@ def _init_within(timeout_s: float, **kwargs) -> None:
     thread.start()
     thread.join(timeout_s)
     if "error" not in outcome:
+        _STUCK.append(thread)
         raise TimeoutError(timeout_s)
     if outcome["error"] is not None:
         raise outcome["error"]

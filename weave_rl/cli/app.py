@@ -535,8 +535,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script wrapper: exit with main()'s code."""
-    sys.exit(main())
+    """Console-script wrapper: exit with main()'s code. A ``ray.init`` left stuck in its thread (the
+    --connect-timeout gave up on it) would abort the interpreter's teardown inside Ray's C++ core
+    (``std::bad_alloc``, exit -6): then the process leaves at once, its output flushed."""
+    code = main()
+    if "ray" in sys.modules:
+        from weave_rl.executor.ray_backend.cluster import init_left_running
+
+        if init_left_running():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    sys.exit(code)
 
 
 from weave_rl.cli.simulate import register as _register_simulate  # noqa: E402 (needs ``app`` above)
