@@ -14,7 +14,7 @@ check that ran failed, else 0. One table at the end, and the same rows as JSON w
 Checks and their figures (GB/s = 1e9 bytes per second):
 
 1. ``environment``: torch / CUDA / NCCL / vLLM versions, GPU names and memory (GiB).
-2. ``pinned``: the warm switch's copies (``executor.local.toy.move`` / ``offload``: one
+2. ``pinned``: the warm switch's copies (``executor.local.tensor_state.move`` / ``offload``: one
    ``copy_(non_blocking=True)`` per tensor, then synchronize) of a pinned state dict of many params
    (``h2d_toy``, ``d2h_toy``), against one contiguous pinned buffer of the same size (``*_peak``: the
    copy engine's peak) and pageable host memory (``*_pageable``); ``*_ratio`` = toy / peak.
@@ -164,7 +164,7 @@ def check_environment(args: argparse.Namespace, until: float) -> dict[str, Any]:
 def check_pinned(args: argparse.Namespace, until: float) -> dict[str, Any]:
     import torch
 
-    from weave_rl.executor.local.toy import move, offload
+    from weave_rl.executor.local.tensor_state import move, offload
 
     cuda = args.device == "cuda"
     dev = torch.device("cuda:0" if cuda else "cpu")

@@ -50,8 +50,9 @@ Jobs file::
 
     workload: {kind: longtail, prompts: 16, group: 4, mean_len: 24, len_sigma: 1.0, max_new_tokens: 256}
 
-State movement copies tensors (as ``bandit`` does), host copies pinned on CUDA; weights synced before
-the rollout state exists are kept and applied by the next ``to_device``.
+State movement and weight sync are ``tensor_state.TensorStateWorkload``'s (as ``bandit``'s): real copies,
+host copies pinned on CUDA, weights synced before the rollout state exists applied by the next
+``to_device``.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ from typing import Any, Mapping
 
 import torch
 
-from weave_rl.executor.local.toy import move, offload
-from weave_rl.executor.workload import (AllReduce, HostState, OptionError, Role, Samples, Workload, phase,
-                                        register_workload)
+from weave_rl.executor.local.tensor_state import TensorStateWorkload, adam_step
+from weave_rl.executor.prompt_groups import mix_seed, shard_prompts
+from weave_rl.executor.workload import AllReduce, OptionError, Samples, phase, register_workload
 
 EOS = 0
 CONTEXT = 4  # context tokens per prompt
@@ -83,29 +84,6 @@ _RANGES: dict[str, tuple[type, float, float]] = {
     "len_sigma": (float, 0.0, 5.0), "max_new_tokens": (int, 1, 1_000_000), "hidden": (int, 1, 65_536),
     "vocab": (int, 2, 1_000_000), "step_repeat": (int, 1, 10_000), "epochs": (int, 1, 1_000),
     "lr": (float, 0.0, 10.0)}
-
-_MASK64 = (1 << 64) - 1
-
-
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed from integers (SplitMix64 finaliser per part; the same in every process)."""
-    h = 0x9E3779B97F4A7C15
-    for part in parts:
-        h = (h ^ (part & _MASK64)) & _MASK64
-        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
-        h ^= h >> 31
-    return h & ((1 << 63) - 1)
-
-
-def share(prompts: int, shard: int, shards: int) -> range:
-    """The contiguous prompt indices of shard ``shard`` of ``shards`` (whole prompt groups)."""
-    if shards < 1 or not 0 <= shard < shards:
-        raise ValueError(f"shard {shard} of {shards} is not a valid shard")
-    base, extra = divmod(prompts, shards)
-    lo = shard * base + min(shard, extra)
-    return range(lo, lo + base + (1 if shard < extra else 0))
-
 
 def _check(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options with defaults filled in; ``OptionError`` for the first bad one."""
@@ -128,7 +106,10 @@ def _check(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @register_workload("longtail")
-class LongTail(Workload):
+class LongTail(TensorStateWorkload):
+    PARAMS = PARAMS
+    kind = "longtail"
+
     def __init__(self, job: str, options: Mapping[str, Any], seed: int) -> None:
         super().__init__(job, options, seed)
         o = _check(self.options)
@@ -142,9 +123,6 @@ class LongTail(Workload):
         self.step_repeat: int = o["step_repeat"]
         self.epochs: int = o["epochs"]
         self.lr: float = o["lr"]
-        self.host: dict[str, HostState] = {}
-        self.dev: dict[str, dict[str, torch.Tensor]] = {}
-        self.pending: dict[str, torch.Tensor] | None = None  # synced before any rollout state existed
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any], base: Path) -> None:
@@ -163,7 +141,7 @@ class LongTail(Workload):
         return length, context
 
     # -- state ---------------------------------------------------------------------------------
-    def _params(self) -> dict[str, torch.Tensor]:
+    def fresh_params(self) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(mix_seed(self.seed, STREAM_INIT))
         h, v, f = self.hidden, self.vocab, POSITION_FEATURES
         a_s = torch.zeros(f)
@@ -181,48 +159,6 @@ class LongTail(Workload):
                 "w_s": torch.randn(h, generator=g) * (0.1 / h ** 0.5),
                 "a_s": a_s,
                 "b_s": torch.zeros(())}
-
-    def initial_state(self, role: Role) -> HostState:
-        p = self._params()
-        if role == "train":
-            p.update({f"m.{k}": torch.zeros_like(p[k]) for k in PARAMS})
-            p.update({f"v.{k}": torch.zeros_like(p[k]) for k in PARAMS})
-            p["step"] = torch.zeros(())
-        return p
-
-    def to_device(self, role: Role, state: HostState, device: torch.device) -> None:
-        if device.type == "cuda":
-            for k, v in list(state.items()):
-                if not v.is_pinned():
-                    state[k] = v.pin_memory()
-        if role in self.dev:
-            raise RuntimeError(f"longtail {self.job}: the {role} state is already on a device")
-        self.host[role] = state
-        self.dev[role] = move(state, device)
-        if role == "rollout" and self.pending is not None:
-            self.load_policy_weights(self.pending)
-            self.pending = None
-
-    def to_host(self, role: Role) -> HostState:
-        dev = self.dev.pop(role)
-        return offload(dev, self.host[role])
-
-    def state_bytes(self, role: Role) -> int:
-        state = self.dev.get(role) or self.host.get(role) or self.initial_state(role)
-        return sum(t.numel() * t.element_size() for t in state.values())
-
-    # -- weight sync ---------------------------------------------------------------------------
-    def policy_weights(self) -> dict[str, torch.Tensor]:
-        src = self.dev.get("train") or self.host["train"]
-        return {k: src[k].detach().to("cpu", copy=True) for k in PARAMS}
-
-    def load_policy_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
-        target = self.dev.get("rollout") or self.host.get("rollout")
-        if target is None:  # no rollout state yet: applied by the next to_device
-            self.pending = {k: weights[k].detach().clone() for k in PARAMS}
-            return
-        for k in PARAMS:
-            target[k].copy_(weights[k])
 
     # -- the policy ----------------------------------------------------------------------------
     def _h0(self, p: Mapping[str, torch.Tensor], context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -286,7 +222,7 @@ class LongTail(Workload):
     def rollout(self, iteration: int, shard: int, shards: int) -> Samples:
         p = self.dev["rollout"]
         device = p["emb"].device
-        mine = share(self.prompts, shard, shards)
+        mine = shard_prompts(self.prompts, shard, shards)
         rows = [(q, k) for q in mine for k in range(self.group)]
         n = len(rows)
         prompts = {q: self.prompt(iteration, q) for q in mine}
@@ -385,14 +321,6 @@ class LongTail(Workload):
             grads = list(torch.autograd.grad(loss, [params[k] for k in PARAMS], allow_unused=True))
             grads = [torch.zeros_like(params[k]) if g is None else g for k, g in zip(PARAMS, grads)]
             all_reduce(grads)
-            s["step"] += 1
-            t = float(s["step"])
-            with torch.no_grad():
-                for k, gk in zip(PARAMS, grads):
-                    s[f"m.{k}"].mul_(0.9).add_(gk, alpha=0.1)
-                    s[f"v.{k}"].mul_(0.999).addcmul_(gk, gk, value=0.001)
-                    m_hat = s[f"m.{k}"] / (1 - 0.9 ** t)
-                    v_hat = s[f"v.{k}"] / (1 - 0.999 ** t)
-                    s[k].sub_(self.lr * m_hat / (v_hat.sqrt() + 1e-8))
+            adam_step(s, PARAMS, grads, self.lr)
             loss_value = float(loss.detach())
         return {"loss": loss_value}

@@ -9,8 +9,8 @@ callback. Jobs file::
 
     workload: {kind: bandit, batch: 64, hidden: 64, steps: 4, epochs: 1, lr: 0.05}
 
-State movement copies tensors (also on CPU, where ``.to("cpu")`` would alias), so the warm switch
-moves real bytes; host copies are pinned when the device is CUDA.
+State movement (``tensor_state.TensorStateWorkload``) copies tensors, also on CPU, where ``.to("cpu")``
+would alias, so the warm switch moves real bytes; host copies are pinned when the device is CUDA.
 """
 
 from __future__ import annotations
@@ -21,37 +21,18 @@ from typing import Any, Mapping
 
 import torch
 
-from weave_rl.executor.workload import (AllReduce, HostState, OptionError, Role, Samples, Workload, phase,
-                                        register_workload)
+from weave_rl.executor.local.tensor_state import TensorStateWorkload, adam_step
+from weave_rl.executor.workload import AllReduce, OptionError, Samples, phase, register_workload
 
 PARAMS = ("w1", "b1", "w2", "b2")
 OPTIONS = {"arms": int, "features": int, "hidden": int, "batch": int, "steps": int, "epochs": int, "lr": float}
 
 
-def move(state: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Copy every tensor onto ``device`` (a real copy, also CPU to CPU)."""
-    out = {}
-    for k, v in state.items():
-        t = torch.empty(v.shape, dtype=v.dtype, device=device)
-        t.copy_(v, non_blocking=True)
-        out[k] = t
-    return out
-
-
-def offload(dev: Mapping[str, torch.Tensor], host: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Copy device tensors back into the host copy (in place, keeping pinned buffers)."""
-    for k, v in dev.items():
-        if k in host and host[k].shape == v.shape and host[k].dtype == v.dtype:
-            host[k].copy_(v, non_blocking=True)
-        else:
-            host[k] = v.detach().to("cpu", copy=True)
-    if any(v.is_cuda for v in dev.values()):
-        torch.cuda.synchronize()
-    return host
-
-
 @register_workload("bandit")
-class Bandit(Workload):
+class Bandit(TensorStateWorkload):
+    PARAMS = PARAMS
+    kind = "bandit"
+
     def __init__(self, job: str, options: Mapping[str, Any], seed: int) -> None:
         super().__init__(job, options, seed)
         o = self.options
@@ -65,9 +46,6 @@ class Bandit(Workload):
         self.lr = float(o.get("lr", 0.05))
         g = torch.Generator().manual_seed(10_007 * seed + 1)
         self.truth = torch.randn(self.features, self.arms, generator=g)
-        self.host: dict[str, HostState] = {}
-        self.dev: dict[str, dict[str, torch.Tensor]] = {}
-        self.pending: dict[str, torch.Tensor] | None = None  # synced before any rollout state existed
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any], base: Path) -> None:
@@ -83,51 +61,13 @@ class Bandit(Workload):
         return None
 
     # -- state ---------------------------------------------------------------------------------
-    def initial_state(self, role: Role) -> HostState:
+    def fresh_params(self) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed)
         p = {"w1": torch.randn(self.features, self.hidden, generator=g) / self.features ** 0.5,
              "b1": torch.zeros(self.hidden),
              "w2": torch.randn(self.hidden, self.arms, generator=g) / self.hidden ** 0.5,
              "b2": torch.zeros(self.arms)}
-        if role == "train":
-            p.update({f"m.{k}": torch.zeros_like(p[k]) for k in PARAMS})
-            p.update({f"v.{k}": torch.zeros_like(p[k]) for k in PARAMS})
-            p["step"] = torch.zeros(())
         return p
-
-    def to_device(self, role: Role, state: HostState, device: torch.device) -> None:
-        if device.type == "cuda":
-            for k, v in list(state.items()):
-                if not v.is_pinned():
-                    state[k] = v.pin_memory()
-        if role in self.dev:
-            raise RuntimeError(f"bandit {self.job}: the {role} state is already on a device")
-        self.host[role] = state
-        self.dev[role] = move(state, device)
-        if role == "rollout" and self.pending is not None:
-            self.load_policy_weights(self.pending)
-            self.pending = None
-
-    def to_host(self, role: Role) -> HostState:
-        dev = self.dev.pop(role)
-        return offload(dev, self.host[role])
-
-    def state_bytes(self, role: Role) -> int:
-        state = self.dev.get(role) or self.host.get(role) or self.initial_state(role)
-        return sum(t.numel() * t.element_size() for t in state.values())
-
-    # -- weight sync ---------------------------------------------------------------------------
-    def policy_weights(self) -> dict[str, torch.Tensor]:
-        src = self.dev.get("train") or self.host["train"]
-        return {k: src[k].detach().to("cpu", copy=True) for k in PARAMS}
-
-    def load_policy_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
-        target = self.dev.get("rollout") or self.host.get("rollout")
-        if target is None:  # no rollout state yet: applied by the next to_device
-            self.pending = {k: weights[k].detach().clone() for k in PARAMS}
-            return
-        for k in PARAMS:
-            target[k].copy_(weights[k])
 
     # -- phases --------------------------------------------------------------------------------
     def _logits(self, p: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -173,14 +113,6 @@ class Bandit(Workload):
             loss = -(adv * logp).mean() if len(r) else logp.sum() * 0.0
             grads = list(torch.autograd.grad(loss, [params[k] for k in PARAMS]))
             all_reduce(grads)
-            s["step"] += 1
-            t = float(s["step"])
-            with torch.no_grad():
-                for k, gk in zip(PARAMS, grads):
-                    s[f"m.{k}"].mul_(0.9).add_(gk, alpha=0.1)
-                    s[f"v.{k}"].mul_(0.999).addcmul_(gk, gk, value=0.001)
-                    m_hat = s[f"m.{k}"] / (1 - 0.9 ** t)
-                    v_hat = s[f"v.{k}"] / (1 - 0.999 ** t)
-                    s[k].sub_(self.lr * m_hat / (v_hat.sqrt() + 1e-8))
+            adam_step(s, PARAMS, grads, self.lr)
             loss_value = float(loss.detach())
         return {"loss": loss_value}

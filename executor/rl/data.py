@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any, Sequence
 
-from weave_rl.executor.rl.samples import mix_seed
+from weave_rl.executor.prompt_groups import mix_seed
 from weave_rl.executor.rl.tasks import Problem
 from weave_rl.executor.workload import OptionError
 

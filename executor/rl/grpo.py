@@ -28,7 +28,8 @@ from weave_rl.executor.rl.loss import clipped_loss, group_advantages
 from weave_rl.executor.rl.model import build_model, build_tokenizer, initial_params
 from weave_rl.executor.rl.options import GRPOOptions
 from weave_rl.executor.rl.rewards import call_reward, load_reward
-from weave_rl.executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, mix_seed, response_id, shard_prompts
+from weave_rl.executor.prompt_groups import mix_seed, shard_prompts
+from weave_rl.executor.rl.samples import STREAM_PROMPT, STREAM_SAMPLE, response_id
 from weave_rl.executor.rl.sampling import left_pad, response_logprobs, sample
 from weave_rl.executor.rl.tasks import Problem, Task
 from weave_rl.executor.workload import AllReduce, HostState, Role, Samples, Workload, phase, register_workload

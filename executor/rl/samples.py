@@ -1,4 +1,5 @@
-"""How an iteration's prompts split into shards, stable ids and seeds, and merging shards."""
+"""Stable response ids, sample streams and merging shards (how prompts split and seeds mix:
+``weave_rl.executor.prompt_groups``)."""
 
 from __future__ import annotations
 
@@ -6,28 +7,7 @@ import torch
 
 from weave_rl.executor.workload import Samples
 
-_MASK64 = (1 << 64) - 1
 STREAM_PROMPT, STREAM_SAMPLE = 0, 1
-
-
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed from integers (SplitMix64 finaliser per part; same in every process)."""
-    h = 0x9E3779B97F4A7C15
-    for part in parts:
-        h = (h ^ (part & _MASK64)) & _MASK64
-        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
-        h ^= h >> 31
-    return h & ((1 << 63) - 1)
-
-
-def shard_prompts(prompts: int, shard: int, shards: int) -> range:
-    """Contiguous slice of the iteration's prompt indices; whole GRPO groups stay in one shard."""
-    if shards < 1 or not 0 <= shard < shards:
-        raise ValueError(f"shard {shard} of {shards} is not a valid shard")
-    base, extra = divmod(prompts, shards)
-    start = shard * base + min(shard, extra)
-    return range(start, start + base + (1 if shard < extra else 0))
 
 
 def response_id(job: str, iteration: int, shard: int, index: int) -> str:
