@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from test_local_run import WEAVE, journal, wait_for
+from test_local_run import WEAVE, journal, wait_for, weave_run_in_background
 
 from weave_rl.executor.prompt_groups import pulled_schedule
 
@@ -44,7 +44,18 @@ JOB = """  - name: {name}
     workload: {{kind: bandit, batch: {batch}, hidden: {hidden}, steps: {steps}, epochs: 1}}
 """
 
-# What `weave plan -j jobs.yaml -t topology.yaml` gives for the two jobs: one group, round-robin.
+# What `weave plan -j jobs.yaml -t topology.yaml` gives for the two jobs: one group, round-robin (job,
+# rollout start, train start, sync start).
+TIMETABLE = (("A", 0.002, 1.002, 1.302), ("B", 1.004, 0.0, 0.3))
+PLAN_JOB = """  - name: {name}
+    solo_iteration_s: 1.301
+    iteration_s: 2.004
+    slo: 2.0
+    phases:
+    - {{phase: rollout, start_s: {rollout}, duration_s: 1.0, gpus: [{rollout_gpus}], gpu_type: CPU}}
+    - {{phase: train, start_s: {train}, duration_s: 0.3, gpus: ['train-000:0'], gpu_type: CPU}}
+    - {{phase: sync, start_s: {sync}, duration_s: 0.001, gpus: [{rollout_gpus}]}}
+"""
 PLAN = """version: 1
 policy: optimal
 quantile: 0.95
@@ -56,23 +67,7 @@ groups:
   cycle_s: 2.004
   nodes: [train-000, rollout-000]
   jobs:
-  - name: A
-    solo_iteration_s: 1.301
-    iteration_s: 2.004
-    slo: 2.0
-    phases:
-    - {{phase: rollout, start_s: 0.002, duration_s: 1.0, gpus: ['rollout-000:0', 'rollout-000:1'], gpu_type: CPU}}
-    - {{phase: train, start_s: 1.002, duration_s: 0.3, gpus: ['train-000:0'], gpu_type: CPU}}
-    - {{phase: sync, start_s: 1.302, duration_s: 0.001, gpus: ['rollout-000:0', 'rollout-000:1']}}
-  - name: B
-    solo_iteration_s: 1.301
-    iteration_s: 2.004
-    slo: 2.0
-    phases:
-    - {{phase: rollout, start_s: 1.004, duration_s: 1.0, gpus: ['rollout-000:0', 'rollout-000:1'], gpu_type: CPU}}
-    - {{phase: train, start_s: 0.0, duration_s: 0.3, gpus: ['train-000:0'], gpu_type: CPU}}
-    - {{phase: sync, start_s: 0.3, duration_s: 0.001, gpus: ['rollout-000:0', 'rollout-000:1']}}
-  usd_per_hour: 0.15
+{jobs}  usd_per_hour: 0.15
 rejected: []
 elastic:
   long_tail_migration: {{threshold: 0.8, target_share: 0.25}}
@@ -80,17 +75,24 @@ elastic:
 """
 
 
+def plan_text(lend: bool = True) -> str:
+    jobs = "".join(PLAN_JOB.format(name=name, rollout=r, train=t, sync=y, rollout_gpus="'rollout-000:0', 'rollout-000:1'")
+                   for name, r, t, y in TIMETABLE)
+    return PLAN.format(jobs=jobs, lend="true" if lend else "false")
+
+
 def write_inputs(folder: Path, *, steps: int = 200, hidden: int = 64, lend: bool = True) -> tuple[Path, Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     topo, jobs, plan = folder / "topology.yaml", folder / "jobs.yaml", folder / "plan.yaml"
     topo.write_text(TOPOLOGY)
     jobs.write_text("jobs:\n" + "".join(JOB.format(name=n, batch=BATCH, hidden=hidden, steps=steps) for n in "AB"))
-    plan.write_text(PLAN.format(lend="true" if lend else "false"))
+    plan.write_text(plan_text(lend))
     return topo, jobs, plan
 
 
 def run_args(folder: Path, out: Path, n: int, *extra: str) -> list[str]:
-    return [*WEAVE, "run", str(folder / "plan.yaml"), "--jobs", str(folder / "jobs.yaml"), "--topology",
+    """The arguments of ``weave run`` on the inputs in ``folder``."""
+    return [str(folder / "plan.yaml"), "--jobs", str(folder / "jobs.yaml"), "--topology",
             str(folder / "topology.yaml"), "--map", MAP, "--iterations", str(n), "--no-plots", "--no-replan",
             "--out", str(out), *extra]
 
@@ -150,7 +152,7 @@ def test_elastic_rollouts_lend_migrate_and_keep_every_response_exactly_once(tmp_
     write_inputs(folder)
     n = 4
     out = tmp_path / "run"
-    done = subprocess.run(run_args(folder, out, n, "--json"), capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*WEAVE, "run", *run_args(folder, out, n, "--json")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     frame = check_exactly_once(out, n)
     metrics = json.loads((out / "metrics.json").read_text())
@@ -163,7 +165,7 @@ def test_elastic_rollouts_lend_migrate_and_keep_every_response_exactly_once(tmp_
     assert (rollouts.width_s >= rollouts.share_s_mean * SHARES / 2 - 1e-9).all()
 
     static = tmp_path / "static"
-    done = subprocess.run(run_args(folder, static, n, "--static"), capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*WEAVE, "run", *run_args(folder, static, n, "--static")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     frame = pd.read_csv(static / "records.csv")
     assert json.loads((static / "metrics.json").read_text())["elastic"] is False
@@ -184,21 +186,13 @@ def test_a_worker_lost_in_an_elastic_rollout_loses_no_response_and_repeats_none(
     write_inputs(folder, steps=3000, hidden=128)  # prompt groups of ~0.1-0.3 s: a loss lands inside one
     n = 5
     out = tmp_path / "run"
-    proc = subprocess.Popen(run_args(folder, out, n, "--heartbeat-timeout", "2"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
+    with weave_run_in_background(run_args(folder, out, n, "--heartbeat-timeout", "2")) as (proc, victims):
         victim = _during_a_rollout(out, proc, "rollout-000:1")
+        victims.append(victim["pid"])
         os.kill(victim["pid"], signal.SIGKILL if how == "kill" else signal.SIGSTOP)
         died = wait_for(lambda: [e for e in journal(out) if e.get("event") == "worker_died"], 30, proc)
         assert died[0]["gpu"] == "rollout-000:1"
         assert proc.wait(300) == 0, proc.stderr.read()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            os.kill(victim["pid"], signal.SIGKILL)
-        except (ProcessLookupError, NameError):
-            pass
     if how == "stop":
         assert any(e.get("event") == "worker_hung" for e in journal(out))
     check_exactly_once(out, n)
@@ -211,7 +205,7 @@ def test_the_same_elastic_plan_on_ray_actors(tmp_path):
     write_inputs(folder)
     n = 3
     out = tmp_path / "run"
-    args = [a for a in run_args(folder, out, n) if a not in ("--map", MAP)] + ["--backend", "ray"]
+    args = [*WEAVE, "run", *[a for a in run_args(folder, out, n) if a not in ("--map", MAP)], "--backend", "ray"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -4,6 +4,7 @@ by ``weave profile fit``, a worker killed with SIGKILL mid-phase, the controller
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -95,6 +96,22 @@ def journal(out: Path) -> list[dict]:
         except json.JSONDecodeError:
             pass
     return rows
+
+
+@contextlib.contextmanager
+def weave_run_in_background(args: list[str]):
+    """``weave run ARGS`` in a subprocess (stderr kept). On the way out it is killed if still running,
+    and so is every worker pid the test put in the yielded list (a stopped worker would outlive it)."""
+    proc = subprocess.Popen([*WEAVE, "run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    victims: list[int] = []
+    try:
+        yield proc, victims
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def wait_for(what, timeout: float, proc: subprocess.Popen | None = None, step: float = 0.05):
@@ -258,9 +275,9 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, capsys, case):
     assert needle in err and len(err.splitlines()) == 1, err
 
 
-def test_data_parallel_train_and_sharded_rollout(tmp_path):
-    """One job, rollout on two GPUs (two shards), train on two (gloo all-reduce), four logical GPUs
-    sharing this machine's devices round-robin; the library call behind weave run."""
+def run_data_parallel(out: Path, workload: dict, iterations: int = 2):
+    """One job ``A``, rollout on two GPUs (two shards) and train on two (gloo all-reduce), four logical
+    GPUs sharing this machine's devices round-robin: ``run_plan_local``'s result."""
     from weave_rl.executor.local.devices import map_devices
     from weave_rl.executor.local.run import run_plan_local
     from weave_rl.planner.plan import plan_from_data
@@ -271,7 +288,7 @@ def test_data_parallel_train_and_sharded_rollout(tmp_path):
                                                            "gpus_per_node": 2, "host_mem_gb": 16}]})
     phase = {"gpus": 2, "gpu_type": "CPU", "duration_s": 1.0, "host_mem_gb": 0.1}
     jobs = jobs_from_data({"jobs": [{"name": "A", "params_b": 0.0001, "rollout": phase, "train": phase,
-                                     "workload": {"kind": "bandit", "batch": 30, "hidden": 32}}]}, "<test>")
+                                     "workload": workload}]}, "<test>")
     r, t = ["local-000:0", "local-000:1"], ["local-001:0", "local-001:1"]
     plan = plan_from_data({"version": 1, "policy": "solo", "quantile": 0.95, "topology": "dp", "cost_usd_per_hour": 0.2,
                            "solver": {"name": "hand", "status": "FEASIBLE", "wall_s": 0.0},
@@ -280,7 +297,13 @@ def test_data_parallel_train_and_sharded_rollout(tmp_path):
                                    {"phase": "rollout", "start_s": 0.0, "duration_s": 1.0, "gpus": r, "gpu_type": "CPU"},
                                    {"phase": "train", "start_s": 1.0, "duration_s": 1.0, "gpus": t, "gpu_type": "CPU"},
                                    {"phase": "sync", "start_s": 2.0, "duration_s": 0.1, "gpus": r}]}]}]})
-    res = run_plan_local(plan, topo, jobs, tmp_path, iterations=2, devices=map_devices(r + t, None, ["cpu:0", "cpu:1"]))
+    return run_plan_local(plan, topo, jobs, out, iterations=iterations,
+                          devices=map_devices(r + t, None, ["cpu:0", "cpu:1"]))
+
+
+def test_data_parallel_train_and_sharded_rollout(tmp_path):
+    """The library call behind weave run, on two rollout shards and two data-parallel train ranks."""
+    res = run_data_parallel(tmp_path, {"kind": "bandit", "batch": 30, "hidden": 32})
     rows = {row["iteration"]: row for row in res.job_rows}
     assert [rows[k]["samples"] for k in (0, 1)] == [30, 30]  # two shards of 15
     assert [rows[k]["trained_samples"] for k in (0, 1)] == [30, 30]  # two ranks of 15

@@ -177,27 +177,10 @@ def test_unknown_option_names_its_key():
 def test_weave_run_local_backend(tmp_path):
     """One longtail job on real worker processes: rollout in two shards on two GPUs, train data
     parallel on two (gloo all-reduce), 2 iterations; every sample trained on exactly once."""
-    from weave_rl.executor.local.devices import map_devices
-    from weave_rl.executor.local.run import run_plan_local
-    from weave_rl.planner.plan import plan_from_data
-    from weave_rl.profiles.jobs import jobs_from_data
-    from weave_rl.topology.topology import topology_from_data
+    from test_local_run import run_data_parallel
 
-    topo = topology_from_data({"name": "lt", "clusters": [{"name": "local", "gpu_type": "CPU", "nodes": 2,
-                                                           "gpus_per_node": 2, "host_mem_gb": 16}]})
-    phase = {"gpus": 2, "gpu_type": "CPU", "duration_s": 1.0, "host_mem_gb": 0.1}
     block = {"kind": "longtail", "prompts": 5, "group": 2, "mean_len": 8, "max_new_tokens": 64, "hidden": 16}
-    jobs = jobs_from_data({"jobs": [{"name": "A", "params_b": 0.0001, "rollout": phase, "train": phase,
-                                     "workload": block}]}, "<test>")
-    r, t = ["local-000:0", "local-000:1"], ["local-001:0", "local-001:1"]
-    plan = plan_from_data({"version": 1, "policy": "solo", "quantile": 0.95, "topology": "lt", "cost_usd_per_hour": 0.2,
-                           "solver": {"name": "hand", "status": "FEASIBLE", "wall_s": 0.0},
-                           "groups": [{"name": "g0", "cycle_s": 2.1, "nodes": ["local-000", "local-001"], "jobs": [
-                               {"name": "A", "solo_iteration_s": 2.1, "iteration_s": 2.1, "phases": [
-                                   {"phase": "rollout", "start_s": 0.0, "duration_s": 1.0, "gpus": r, "gpu_type": "CPU"},
-                                   {"phase": "train", "start_s": 1.0, "duration_s": 1.0, "gpus": t, "gpu_type": "CPU"},
-                                   {"phase": "sync", "start_s": 2.0, "duration_s": 0.1, "gpus": r}]}]}]})
-    res = run_plan_local(plan, topo, jobs, tmp_path, iterations=2, devices=map_devices(r + t, None, ["cpu:0", "cpu:1"]))
+    res = run_data_parallel(tmp_path, block)
     rows = {row["iteration"]: row for row in res.job_rows}
     assert sorted(rows) == [0, 1]
     assert [rows[k]["samples"] for k in (0, 1)] == [10, 10]  # shards of 3 and 2 prompts

@@ -169,16 +169,21 @@ def test_long_tail_migration_starts_the_next_rollout_on_freed_gpus():
     assert (b["start_s"], b["end_s"], b["gpus_at_start"]) == pytest.approx((70.0, 177.875, 6))
 
 
-def test_idle_training_gpus_are_lent_to_the_rollout():
+def lending_pool():
+    """One job S on two A100 nodes (rollout 100 s on one, train 50 s on the other), lending on: its
+    idle train GPUs can join its rollout. (topology, jobs, plan, rules)"""
     pool = topology_from_data({"name": "pool", "clusters": [
         {"name": "a100", "gpu_type": "A100", "nodes": 2, "gpus_per_node": 8, "host_mem_gb": 1024}]})
     spec = JobSpec(name="S", params_b=1, rollout={"gpus": 8, "gpu_type": "A100", "duration_s": 100.0},
                    train={"gpus": 8, "gpu_type": "A100", "duration_s": 50.0})
     g = GroupPlan(name="g0", cycle_s=152.0, nodes=["a100-000", "a100-001"],
                   jobs=[job_plan("S", "a100-000", "a100-001", 0, 100, 100, 50, 150, 152)])
-    rules = ElasticRules(migrate=False, lend=True)
-    r = simulate_plan(plan_of(g), pool, JobSet(jobs=[spec]), iterations=1, rules=rules,
-                      model=SimModel(tail_share=0.3))
+    return pool, JobSet(jobs=[spec]), plan_of(g), ElasticRules(migrate=False, lend=True)
+
+
+def test_idle_training_gpus_are_lent_to_the_rollout():
+    pool, jobs, plan, rules = lending_pool()
+    r = simulate_plan(plan, pool, jobs, iterations=1, rules=rules, model=SimModel(tail_share=0.3))
     roll = rows(r, "S", "rollout")[0]
     # The 8 waiting training GPUs join: bulk 70 s at rate 2 -> 35 s, tail 30 s at rate 1 -> 65 s.
     assert roll["end_s"] == pytest.approx(65.0)

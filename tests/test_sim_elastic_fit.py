@@ -108,21 +108,12 @@ def test_elastic_model_file_round_trip_and_every_problem_at_once(tmp_path):
 
 
 def test_lend_gain_scales_a_loan_and_records_carry_elastic_columns():
-    from tests.test_sim import plan_of, job_plan
-    from weave_rl.planner.plan import GroupPlan
-    from weave_rl.profiles.jobs import JobSpec
-    from weave_rl.topology.topology import topology_from_data
+    from tests.test_sim import lending_pool
 
-    pool = topology_from_data({"name": "pool", "clusters": [
-        {"name": "a100", "gpu_type": "A100", "nodes": 2, "gpus_per_node": 8, "host_mem_gb": 1024}]})
-    spec = JobSpec(name="S", params_b=1, rollout={"gpus": 8, "gpu_type": "A100", "duration_s": 100.0},
-                   train={"gpus": 8, "gpu_type": "A100", "duration_s": 50.0})
-    g = GroupPlan(name="g0", cycle_s=152.0, nodes=["a100-000", "a100-001"],
-                  jobs=[job_plan("S", "a100-000", "a100-001", 0, 100, 100, 50, 150, 152)])
-    rules = ElasticRules(migrate=False, lend=True)
+    pool, jobs, plan, rules = lending_pool()
     ends = {}
     for gain in (1.0, 0.5, 0.0):
-        r = simulate_plan(plan_of(g), pool, JobSet(jobs=[spec]), iterations=1, rules=rules,
+        r = simulate_plan(plan, pool, jobs, iterations=1, rules=rules,
                           model=SimModel(tail_share=0.3, jobs={"S": ElasticParams(0.3, 1.0, gain)}))
         roll = next(x for x in r.controller.records if x["phase"] == "rollout")
         ends[gain] = roll["end_s"]
@@ -132,56 +123,6 @@ def test_lend_gain_scales_a_loan_and_records_carry_elastic_columns():
 
 
 # ----- prediction check: real elastic run -> fit -> simulate --------------------------------
-JOBS = """jobs:
-{jobs}"""
-JOB = """  - name: {name}
-    params_b: 0.0001
-    slo: 2.0
-    rollout: {{gpus: 2, gpu_type: CPU, duration_s: 1.0, host_mem_gb: 0.1}}
-    train: {{gpus: 1, gpu_type: CPU, duration_s: 0.3, host_mem_gb: 0.1}}
-    workload: {{kind: bandit, batch: 64, hidden: 64, steps: {steps}, epochs: 1}}
-"""
-TOPOLOGY = """name: cpu-pools
-clusters:
-  - {name: rollout, gpu_type: CPU, nodes: 1, gpus_per_node: 2, host_mem_gb: 8}
-  - {name: train, gpu_type: CPU, nodes: 1, gpus_per_node: 1, host_mem_gb: 8}
-links:
-  - {between: [rollout, train], gbps: 100}
-"""
-# What `weave plan` gives for the two jobs: both rollouts on the rollout node, trains on the train node.
-PLAN = """version: 1
-policy: optimal
-quantile: 0.95
-topology: cpu-pools
-topology_source: topo.yaml
-cost_usd_per_hour: 0.15
-solver: {name: hand, status: FEASIBLE, wall_s: 0.0}
-groups:
-- name: g0
-  cycle_s: 2.004
-  nodes: [train-000, rollout-000]
-  jobs:
-  - name: A
-    solo_iteration_s: 1.301
-    iteration_s: 2.004
-    slo: 2.0
-    phases:
-    - {phase: rollout, start_s: 0.002, duration_s: 1.0, gpus: ['rollout-000:0', 'rollout-000:1'], gpu_type: CPU}
-    - {phase: train, start_s: 1.002, duration_s: 0.3, gpus: ['train-000:0'], gpu_type: CPU}
-    - {phase: sync, start_s: 1.302, duration_s: 0.001, gpus: ['rollout-000:0', 'rollout-000:1']}
-  - name: B
-    solo_iteration_s: 1.301
-    iteration_s: 2.004
-    slo: 2.0
-    phases:
-    - {phase: rollout, start_s: 1.004, duration_s: 1.0, gpus: ['rollout-000:0', 'rollout-000:1'], gpu_type: CPU}
-    - {phase: train, start_s: 0.0, duration_s: 0.3, gpus: ['train-000:0'], gpu_type: CPU}
-    - {phase: sync, start_s: 0.3, duration_s: 0.001, gpus: ['rollout-000:0', 'rollout-000:1']}
-rejected: []
-elastic:
-  long_tail_migration: {threshold: 0.8, target_share: 0.25}
-  lend_idle_gpus: true
-"""
 # Measured on this 2-core machine (4 runs of this test, about 20-35 s each): the fitted sim's steady
 # iteration is 5-22 % slower than the real one (+9/+15, +18/+9, +13/+22, +6/+5 % for A/B); an earlier
 # hand run with lend_gain 1 (the proportional model) came out 1-14 % fast. The bias is towards
@@ -193,16 +134,18 @@ SIM_ITERATIONS = 40  # the sim is cheap: more iterations steady its median again
 
 
 def write_inputs(folder: Path, steps: int = 1500) -> None:
-    (folder / "jobs.yaml").write_text(JOBS.format(jobs="".join(JOB.format(name=n, steps=steps) for n in "AB")))
-    (folder / "topo.yaml").write_text(TOPOLOGY)
-    (folder / "plan.yaml").write_text(PLAN)
+    """The elastic local tests' inputs (tests/test_elastic_local.py): two bandit jobs on a rollout pool
+    of two GPUs and a train pool of one, and the plan `weave plan` gives for them."""
+    from test_elastic_local import write_inputs as write_pool_inputs
+
+    write_pool_inputs(folder, steps=steps)
 
 
 def test_simulate_reads_the_elastic_model_and_names_a_bad_file(tmp_path, capsys):
     from weave_rl.core.yamlio import dump_yaml
 
     write_inputs(tmp_path)
-    args = ["simulate", str(tmp_path / "plan.yaml"), "-j", str(tmp_path / "jobs.yaml"), "-t", str(tmp_path / "topo.yaml"),
+    args = ["simulate", str(tmp_path / "plan.yaml"), "-j", str(tmp_path / "jobs.yaml"), "-t", str(tmp_path / "topology.yaml"),
             "-n", "3", "--no-plots", "--json", "--elastic-model"]
     good = tmp_path / "el.yaml"
     good.write_text(dump_yaml({"elastic_model": {"default": {"tail_share": 0.1, "tail_slowdown": 1.0, "lend_gain": 0.0},
@@ -227,7 +170,7 @@ def test_fitted_simulation_predicts_a_real_elastic_run(tmp_path):
     from weave_rl.profiles.records import read_records
 
     write_inputs(tmp_path)
-    plan, topo, jobs = load_run_inputs(tmp_path / "plan.yaml", tmp_path / "jobs.yaml", str(tmp_path / "topo.yaml"),
+    plan, topo, jobs = load_run_inputs(tmp_path / "plan.yaml", tmp_path / "jobs.yaml", str(tmp_path / "topology.yaml"),
                                        check=False)  # the hand plan's timetable is not the point here
     devices = {"rollout-000:0": "cpu:0", "rollout-000:1": "cpu:1", "train-000:0": "cpu:1"}
     res = run_plan_local(plan, topo, jobs, tmp_path / "real", iterations=8, devices=devices)
@@ -237,7 +180,7 @@ def test_fitted_simulation_predicts_a_real_elastic_run(tmp_path):
     records = tmp_path / "real" / "records.csv"
     if not records.exists():
         pd.DataFrame(res.records).to_csv(records, index=False)
-    assert main(["profile", "fit", str(records), "-j", str(tmp_path / "jobs.yaml"), "-t", str(tmp_path / "topo.yaml"),
+    assert main(["profile", "fit", str(records), "-j", str(tmp_path / "jobs.yaml"), "-t", str(tmp_path / "topology.yaml"),
                  "-o", str(tmp_path / "fitted.yaml"), "--elastic-out", str(tmp_path / "elastic.yaml")]) == 0
     frame = read_records(records)
     fitted = fit_jobs(frame, jobs, gpu_types=topo.gpu_types)

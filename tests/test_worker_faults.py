@@ -11,18 +11,18 @@ import subprocess
 import time
 
 from test_local_run import (WEAVE, check_exactly_once, journal, pytestmark, wait_for,  # noqa: F401
-                            worker_after_first_iteration, write_inputs)
+                            weave_run_in_background, worker_after_first_iteration, write_inputs)
 
 
 def test_a_stopped_worker_is_detected_by_its_heartbeat_restarted_and_its_phase_rerun(tmp_path):
     plan, jobs = write_inputs(tmp_path / "in", steps=2000, epochs=6, hidden=256)
     out = tmp_path / "run"
     n = 8
-    proc = subprocess.Popen([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots",
-                             "--heartbeat-timeout", "2", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    args = [str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots", "--heartbeat-timeout", "2",
+            "--out", str(out)]
+    with weave_run_in_background(args) as (proc, victims):
         victim = worker_after_first_iteration(out, proc)
+        victims.append(victim["pid"])
         stopped = time.monotonic()
         os.kill(victim["pid"], signal.SIGSTOP)
         hung = wait_for(lambda: [e for e in journal(out) if e.get("event") == "worker_hung"], 30, proc)
@@ -33,13 +33,6 @@ def test_a_stopped_worker_is_detected_by_its_heartbeat_restarted_and_its_phase_r
         died = wait_for(lambda: [e for e in journal(out) if e.get("event") == "worker_died"], 10, proc)
         assert died[0]["gpu"] == "local-000:0" and died[0]["exit_code"] == -signal.SIGKILL
         assert proc.wait(300) == 0, proc.stderr.read()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            os.kill(victim["pid"], signal.SIGKILL)
-        except (ProcessLookupError, NameError):
-            pass
     restarted = [w for w in json.loads((out / "workers.json").read_text()) if w["gpu"] == "local-000:0"]
     assert restarted[0]["incarnation"] == 1 and restarted[0]["pid"] != victim["pid"]
     check_exactly_once(out, n)
