@@ -233,6 +233,88 @@ class BruteForce:
         return cost, chosen
 
 
+# ----- the throughput objective ------------------------------------------------------------------
+class BruteForceThroughput(BruteForce):
+    """The most job-iterations per $ over every plan that places every admissible job.
+
+    Every subset ``S`` of at most ``max_group_size`` jobs and every partition of ``S`` into rollout
+    classes is timetabled at its *shortest* cycle (``solve_timetable`` minimises it; a group's
+    jobs each run once per cycle), which is the best a fixed group can do: its cost is fixed. So a
+    group's options are (cost, iterations per hour ``|S| * 3600 / cycle``), one per feasible
+    partition; only the Pareto-best per class count is kept (more iterations at the same cost can
+    only raise the ratio). Then every set partition of the jobs into feasible groups, and every
+    combination of their options within the topology's node counts, is evaluated: the ratio
+    ``sum iterations/h / sum $/h`` is not additive, so nothing is decomposed."""
+
+    def group_options(self, subset: tuple[int, ...]) -> list[tuple[int, float, list[tuple[int, ...]]]]:
+        """(classes, iterations per hour, partition), the best per class count; [] when infeasible."""
+        key = ("throughput", subset)
+        if key in self.subset_best:
+            return self.subset_best[key]  # type: ignore[return-value]
+        best: dict[int, tuple[int, float, list[tuple[int, ...]]]] = {}
+        if len(subset) == 1 or all(self.group_options(tuple(x for x in subset if x != j)) for j in subset):
+            for partition in _partitions(subset):
+                if len(partition) > len(self.rollout_nodes) or self._quick_infeasible(subset, partition):
+                    continue
+                self.stats.timetable_solves += 1
+                tt = solve_timetable(self.model, self._members(partition), enforce_slo=True,
+                                     time_limit_s=self.time_limit_s, threads=self.threads)
+                if tt.ok and tt.status != "OPTIMAL":
+                    self.stats.unknown.append(tuple(self.jobs[j].name for j in subset))
+                if not tt.ok:
+                    if tt.status == "UNKNOWN":
+                        self.stats.unknown.append(tuple(self.jobs[j].name for j in subset))
+                    continue
+                per_hour = len(subset) * 3600.0 / tt.cycle_s
+                if len(partition) not in best or per_hour > best[len(partition)][1]:
+                    best[len(partition)] = (len(partition), per_hour, partition)
+        # Pareto: more classes (dearer) only when they give more iterations.
+        out, top = [], -1.0
+        for classes in sorted(best):
+            if best[classes][1] > top + EPS:
+                out.append(best[classes])
+                top = best[classes][1]
+        self.subset_best[key] = out  # type: ignore[assignment]
+        return out
+
+    def solve(self) -> tuple[float, list[list[tuple[str, ...]]]]:  # type: ignore[override]
+        n = len(self.jobs)
+        alone = [j for j in range(n) if self.group_options((j,))]
+        self.stats.rejected = [self.jobs[j].name for j in range(n) if j not in alone]
+        best: tuple[float, list] | None = None
+        for grouping in _partitions(tuple(alone)):
+            if any(len(g) > self.k for g in grouping):
+                continue
+            options = [self.group_options(g) for g in grouping]
+            if not all(options):
+                continue
+            for combo in itertools.product(*options):
+                rollout = sum(o[0] for o in combo)
+                if len(grouping) > len(self.train_nodes) or rollout > len(self.rollout_nodes):
+                    continue
+                cost = len(grouping) * self.train_price + rollout * self.rollout_price
+                ratio = sum(o[1] for o in combo) / cost
+                if best is None or ratio > best[0] + EPS:
+                    best = (ratio, [[tuple(self.jobs[j].name for j in cls) for cls in o[2]] for o in combo])
+        if best is None:
+            raise RuntimeError("no plan of every admissible job fits the topology's node counts")
+        return best[0], sorted(best[1])
+
+
+def brute_force_throughput(model: PlanningModel, max_group_size: int = 5, *, time_limit_s: float = 30.0,
+                           threads: int = 2, stats: BruteForceStats | None = None
+                           ) -> tuple[float, list[list[tuple[str, ...]]]]:
+    """Exhaustive optimum of the throughput objective: job-iterations per $ and its groups (each a
+    list of rollout classes of job names), every admissible job placed. Small instances only (it
+    enumerates every set partition of the jobs)."""
+    bf = BruteForceThroughput(model, max_group_size, time_limit_s, threads)
+    out = bf.solve()
+    if stats is not None:
+        for name in ("subsets", "feasible_subsets", "timetable_solves", "pruned", "unknown", "rejected"):
+            setattr(stats, name, getattr(bf.stats, name))
+    return out
+
+
 def _submasks(mask: int) -> Iterator[int]:
     sub = mask
     while True:

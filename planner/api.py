@@ -10,7 +10,7 @@ from weave_rl.planner.plan import POLICIES, Plan, SolverInfo
 from weave_rl.profiles.jobs import JobSet
 from weave_rl.topology.topology import Topology
 
-OBJECTIVES = ("cost", "iteration-time")
+OBJECTIVES = ("cost", "iteration-time", "throughput")
 
 
 def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", objective: str = "cost",
@@ -24,6 +24,8 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
         raise ValueError(f"unknown policy {policy!r} (policies: {', '.join(POLICIES)})")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
+    if objective == "throughput" and policy != "optimal":
+        raise ValueError(f"the throughput objective is the optimal policy's (got policy {policy!r})")
     started = time.perf_counter()
     model = PlanningModel(topology, jobs, quantile)
     if policy == "optimal":
@@ -35,6 +37,11 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
                 from weave_rl.planner.iteration import plan_min_iteration
 
                 return plan_min_iteration(model, time_limit_s=time_limit_s, threads=threads, progress=progress)
+            if objective == "throughput":
+                from weave_rl.planner.throughput import plan_max_throughput
+
+                return plan_max_throughput(model, max_group_size=max_group_size, time_limit_s=time_limit_s,
+                                           threads=threads, progress=progress)
             return plan_optimal(model, max_group_size=max_group_size, time_limit_s=time_limit_s, threads=threads,
                                 progress=progress, solver=solver, start=start).plan
         except NoPlanInTime as exc:

@@ -112,7 +112,7 @@ class Rejection(_Frozen):
 class Plan(_Frozen):
     version: int = PLAN_VERSION
     policy: Text
-    objective: Literal["cost", "iteration-time"] = "cost"
+    objective: Literal["cost", "iteration-time", "throughput"] = "cost"
     quantile: Literal["max"] | Annotated[_Num, Field(gt=0, le=1)] = 0.95
     topology: Text
     # Where ``weave plan`` read the topology: a preset name, or the file's path relative to the plan

@@ -210,7 +210,7 @@ def plan(ctx: typer.Context,
          time_limit: float = typer.Option(60.0, "--time-limit", min=0.01, help="Solver time limit, seconds."),
          threads: int = typer.Option(2, "--threads", min=1, max=1024, help="Solver threads."),
          max_group_size: int = typer.Option(5, "--max-group-size", min=1, help="Most jobs in one group."),
-         objective: str = typer.Option("cost", "--objective", help="cost | iteration-time"),
+         objective: str = typer.Option("cost", "--objective", help="cost | iteration-time | throughput (iterations per $)"),
          solver: str = typer.Option("auto", "--solver", help="Integer master: auto | cpsat | pulp (CBC)."),
          start: Optional[Path] = typer.Option(None, "--from", help="Previous plan to start from."),
          as_json: bool = JSON_OPTION) -> None:
@@ -229,6 +229,9 @@ def plan(ctx: typer.Context,
     if objective not in OBJECTIVES:
         raise InputError("<command line>", "--objective",
                          f"unknown objective {objective!r} (objectives: {', '.join(OBJECTIVES)})")
+    if objective == "throughput" and policy != "optimal":
+        raise InputError("<command line>", "--objective",
+                         f"the throughput objective is the optimal policy's (got --policy {policy})")
     from weave_rl.planner.optimize import SOLVERS
 
     if solver not in SOLVERS:
