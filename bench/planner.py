@@ -14,7 +14,8 @@ a. Synthetic families BL / RH / TH / Mixed (``weave_rl.profiles.generators.gener
 b. The seed job on ``a100-32`` with the iteration-time objective: its iteration time against the
    static 20/12 split (its solo iteration) and the bound 48.75 s (all 32 GPUs on each phase, no sync,
    no switches); target: within 10 % of that bound plus sync and both warm switches.
-c. Weave micro-benchmarks (paper Fig. 10 / Table 3) on topologies sized exactly to each scenario:
+c. Weave micro-benchmarks (paper Fig. 10 / Table 3) on topologies sized exactly to each scenario,
+   for both phase splits (``paper`` and ``original``, weave_rl.profiles.generators.MICRO_SPLITS):
    $/h, $ per iteration and rejected jobs for solo / colocate / weave / optimal.
 """
 
@@ -35,7 +36,7 @@ from weave_rl.planner.check import assert_valid
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import Plan
 from weave_rl.planner.summary import usd_per_iteration
-from weave_rl.profiles.generators import generate, micro_job, seed_job
+from weave_rl.profiles.generators import MICRO_SPLITS, generate, micro_job, seed_job
 from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
 from weave_rl.topology.topology import Topology, load_topology, topology_from_data
 
@@ -277,12 +278,14 @@ def micro_topology(name: str, rollout_nodes: int, train_nodes: int) -> Topology:
     }, f"<{name}>")
 
 
-def micro_jobs(types: list[str], train_options: dict[str, list[int]] | None = None) -> JobSet:
+def micro_jobs(types: list[str], train_options: dict[str, list[int]] | None = None, split: str = "paper") -> JobSet:
+    """A scenario's jobs with the phase split ``split`` (``MICRO_SPLITS`` in weave_rl.profiles.generators:
+    ``paper``, derived from the paper's configurations, or ``original``, the first reading)."""
     counts: dict[str, int] = {}
     jobs = []
     for t in types:
         counts[t] = counts.get(t, 0) + 1
-        jobs.append(micro_job(t, f"{t}{counts[t]}"))
+        jobs.append(micro_job(t, f"{t}{counts[t]}", split=split))
     data = jobs_to_data(JobSet(jobs=jobs))
     for raw, t in zip(data["jobs"], types):
         if train_options and t in train_options:
@@ -300,9 +303,11 @@ MICRO = [
 def section_micro(args: argparse.Namespace) -> tuple[dict[str, dict[str, Run]], list[str]]:
     results: dict[str, dict[str, Run]] = {}
     notes: list[str] = []
-    for key, title, types, n_roll, n_train, options in MICRO:
+    for (key, title, types, n_roll, n_train, options), split in ((m, s) for s in MICRO_SPLITS for m in MICRO):
         topo = micro_topology(f"micro-{key}", n_roll, n_train)
-        jobs = micro_jobs(types, options)
+        jobs = micro_jobs(types, options, split)
+        title = f"{title}, {split} split"
+        key = f"{key}/{split}"
         runs = {p: run_policy(topo, jobs, p, time_limit_s=args.time_limit, threads=args.threads,
                               max_group_size=args.max_group_size) for p in POLICIES}
         results[key] = runs
