@@ -55,7 +55,7 @@ import numpy as np
 
 from weave_rl.profiles.jobs import JobSet, JobSpec
 
-FAMILIES = ["micro", "BL", "RH", "TH", "Mixed", "seed"]
+FAMILIES = ["micro", "BL", "RH", "TH", "Mixed", "seed", "Production"]
 
 # size (B params) -> (rollout, train) host memory per 8-GPU node, GB.
 HOST_MEM_GB = {3: (113.4, 156.2), 7: (275.7, 240.0), 14: (445.4, 456.1), 32: (490.3, 520.4)}
@@ -100,6 +100,8 @@ def generate(family: str, count: int, seed: int) -> JobSet:
         return JobSet(jobs=[micro_job(letters[i % 5], f"micro-{i:03d}") for i in range(count)])
     if canonical == "seed":
         return JobSet(jobs=[seed_job(f"seed-{i}") for i in range(count)])
+    if canonical == "Production":
+        return JobSet(jobs=_production(count, np.random.default_rng(seed)))
     return JobSet(jobs=_synthetic(canonical, count, np.random.default_rng(seed)))
 
 
@@ -168,4 +170,59 @@ def _synthetic(family: str, count: int, rng: np.random.Generator) -> list[JobSpe
                 train={"gpus": 8, "gpu_type": "H800", "duration_s": train_s, "host_mem_gb": train_mem},
             )
         )
+    return jobs
+
+
+# ----- Production: the statistics of the paper's 200-job testbed trace (Weave 6.5) ------------------
+PRODUCTION_GAP_S = 370.2 * 3600 / 200  # 6,664 s: 200 arrivals over the 370.2-hour trace (~1.85 h)
+PRODUCTION_HOURS = (2.0, 53.8)  # job length, Unif: mean 27.9 h
+PRODUCTION_LENGTHS_K = ([4, 8, 16, 32], [0.30, 0.34, 0.21, 0.15])  # max response length: mean 12.1k
+PRODUCTION_MULTI_TURN = 0.3  # share of multi-turn (agentic) jobs: rollout 3-4x their training
+# size -> (rollout s, train s) at 8K max tokens on the size's GPUs (7B, 14B, 32B: micro types A, B, C;
+# 3B scaled from 7B), and (rollout GPUs, train GPUs): 32B jobs take 16 + 16 (Type-C).
+PRODUCTION_BASE = {3: ((80.0, 60.0), (8, 8)), 7: ((140.0, 116.8), (8, 8)), 14: ((230.0, 220.0), (8, 8)),
+                   32: ((290.0, 272.3), (16, 16))}
+# Worst-case (max-token) durations are what Weave plans on; typical iterations are shorter:
+# p50 / p95 as shares of the max, per phase (rollout varies with response length more than train).
+PRODUCTION_SHARES = {"rollout": (0.65, 0.9), "train": (0.75, 0.92)}
+
+
+def _production(count: int, rng: np.random.Generator) -> list[JobSpec]:
+    """Jobs with the statistics Weave 6.5 gives for its testbed trace: Poisson arrivals of mean gap
+    370.2 h / 200, lengths Unif(2, 53.8) h (mean 27.9 h; iterations = length / p50 solo, at least
+    5), 3B-32B (uniform), max response length 4k/8k/16k/32k (mean 12.1k), 30 % multi-turn
+    (rollout x 3), 32B and multi-turn 14B jobs on more than 8 + 8 GPUs (16 + 16, and 16 H20 + 8 H800),
+    SLO ~ Unif(1, 2). Phase durations at the max token limit scale linearly with it from
+    ``PRODUCTION_BASE`` times Unif(0.8, 1.25), given as ``{p50, p95, max}`` (``PRODUCTION_SHARES``),
+    so ``--quantile max`` is Weave's worst-case planning."""
+    jobs = []
+    arrival = 0.0
+    lengths, weights = PRODUCTION_LENGTHS_K
+    for i in range(count):
+        model = MODEL_SIZES[int(rng.integers(len(MODEL_SIZES)))]
+        length_k = int(rng.choice(lengths, p=weights))
+        multi = bool(rng.random() < PRODUCTION_MULTI_TURN)
+        (roll8, train8), (roll_gpus, train_gpus) = PRODUCTION_BASE[model]
+        if multi and model == 14:
+            roll_gpus = 16
+        scale = length_k / 8
+        rollout_max = roll8 * scale * (3.0 if multi else 1.0) * float(rng.uniform(0.8, 1.25)) * 8 / roll_gpus \
+            * (2 if model == 32 else 1)  # the base of 32B is already on 16 GPUs
+        train_max = train8 * scale * float(rng.uniform(0.8, 1.25))
+        slo = round(float(rng.uniform(1.0, 2.0)), 2)
+        hours = float(rng.uniform(*PRODUCTION_HOURS))
+        if i > 0:
+            arrival += float(rng.exponential(PRODUCTION_GAP_S))
+        phases = {}
+        for kind, worst, gpus, gpu_type in (("rollout", rollout_max, roll_gpus, "H20"),
+                                            ("train", train_max, train_gpus, "H800")):
+            p50, p95 = PRODUCTION_SHARES[kind]
+            worst = round(worst, 1)
+            phases[kind] = {"gpus": gpus, "gpu_type": gpu_type,
+                            "duration_s": {"p50": round(p50 * worst, 1), "p95": round(p95 * worst, 1), "max": worst},
+                            "host_mem_gb": HOST_MEM_GB[model][0 if kind == "rollout" else 1]}
+        typical = phases["rollout"]["duration_s"]["p50"] + phases["train"]["duration_s"]["p50"]
+        jobs.append(JobSpec(name=f"production-{i:03d}", params_b=model, slo=slo,
+                            iterations=max(5, int(round(hours * 3600 / typical))), arrival_s=round(arrival, 1),
+                            **phases))
     return jobs

@@ -107,7 +107,7 @@ def jobs_show(file: Path = typer.Argument(..., metavar="FILE"),
 
 
 @jobs_app.command("generate")
-def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH | Mixed | seed"),
+def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH | Mixed | seed | Production"),
                   count: int = typer.Option(8, "--count", "-n", min=1, max=100_000, help="Number of jobs."),
                   seed: int = typer.Option(0, "--seed", "-s", help="Random seed."),
                   out: Path = typer.Option(..., "-o", "--out", help="Jobs YAML to write.")) -> None:
