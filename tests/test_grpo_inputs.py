@@ -23,7 +23,7 @@ CHARS = "0123456789+-*=?:. abcdefghijklmnopqrstuvwxyz"
 TEMPLATE = "{% for m in messages %}<s>q:{{ m['content'] }}{% endfor %}{% if add_generation_prompt %} a:{% endif %}"
 
 
-def make_model_dir(folder: Path, chat: bool = True) -> Path:
+def make_model_dir(folder: Path, chat: bool = True, hidden_size: int = 32) -> Path:
     """A tiny Llama with a char-level fast tokenizer, saved the way a user's fine-tune is (no network)."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -34,7 +34,7 @@ def make_model_dir(folder: Path, chat: bool = True) -> Path:
     tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
     if chat:
         tok.chat_template = TEMPLATE
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0,
                          bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     with torch.random.fork_rng(devices=[]):
@@ -187,7 +187,8 @@ def test_failing_reward_fails_the_phase(tmp_path, monkeypatch, body, message, on
     ({"reward": "close_enough"}, "reward", "unknown reward 'close_enough' (built-in: partial, exact, numeric"),
     ({"reward": "no_such_module_xyz:f"}, "reward", "cannot import 'no_such_module_xyz'"),
     ({"model": "no-such-model"}, "model", "no-such-model: no such directory"),
-    ({"engine": "vllm"}, "engine", "vllm does not take a dataset or a model directory yet"),
+    ({"train_layers": 3}, "train_layers", "the model has 2 transformer blocks, got 3"),
+    ({"train_layers": -1}, "train_layers", "must be >= 0, got -1"),
 ])
 def test_bad_options_are_named(tmp_path, change, key, reason):
     block = {**grpo(tmp_path), **change}

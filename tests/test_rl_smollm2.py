@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from weave_rl.executor.rl.model import smollm2_missing
+from weave_rl.executor.rl.model import SMOLLM2_LAYERS, smollm2_missing
 
 why = smollm2_missing()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"{why}; not a project dependency")
@@ -18,7 +18,7 @@ def test_smollm2_rollout_reward_train_sync():
     cpu = torch.device("cpu")
     w.to_device("rollout", w.initial_state("rollout"), cpu)
     w.to_device("train", w.initial_state("train"), cpu)
-    assert w.model("rollout").config.num_hidden_layers == 30
+    assert w.model("rollout").config.num_hidden_layers == SMOLLM2_LAYERS == 30
     s = w.reward(w.rollout(0, 0, 1))
     assert s.count == 2 and s.tokens > 0 and 0 <= s.stats["reward_mean"] <= 1
     before = w.policy_weights()["model.norm.weight"].clone()

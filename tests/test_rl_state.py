@@ -179,3 +179,31 @@ def test_samples_contents():
         lp = response_logprobs(w.model("train"), d["prompt_ids"], d["prompt_mask"], d["response_ids"],
                                d["response_mask"], temperature=1.0)
     assert torch.allclose(lp[d["response_mask"]], d["old_logprobs"][d["response_mask"]], atol=1e-4)
+
+
+def test_train_layers_updates_only_the_last_blocks_and_what_follows():
+    from weave_rl.executor.rl.model import trainable_names
+
+    names = ["model.embed_tokens.weight", "model.layers.0.mlp.w", "model.layers.1.mlp.w", "model.layers.2.mlp.w",
+             "model.norm.weight", "lm_head.weight"]
+    assert trainable_names(names, 0) == names
+    assert trainable_names(names, 1) == ["model.layers.2.mlp.w", "model.norm.weight", "lm_head.weight"]
+    assert trainable_names(names, 3) == names[1:]  # a tied head is the embedding: frozen with it
+    with pytest.raises(ValueError, match="no transformer blocks"):
+        trainable_names(["w", "b"], 1)
+
+    opts = {"layers": 3, "train_layers": 1}
+    w = on_device(opts)
+    full = GRPOWorkload("J", {**OPTS, "layers": 3}, 3)
+    before = w.policy_weights()
+    for it in range(2):
+        step(w, w, it)
+    after = w.policy_weights()
+    trained = {n for n in after if not torch.equal(before[n], after[n])}
+    assert trained == {n for n in after if n.startswith(("model.layers.2.", "model.norm.", "lm_head."))}
+    host = w.to_host("train")
+    optim = {k.rsplit(".", 1)[0].removeprefix("optim.") for k in host if k.startswith("optim.")}
+    assert optim == trained  # Adam moments only for what trains: the state is smaller by the frozen moments
+    frozen_bytes = sum(t.nbytes for n, t in before.items() if n not in trained)
+    assert w.state_bytes("train") == full.state_bytes("train") - 2 * frozen_bytes - 4 * (len(before) - len(trained))
+    assert host["optim.lm_head.weight.step"].item() == 2.0

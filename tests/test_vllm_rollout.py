@@ -169,3 +169,32 @@ def test_reward_rises_with_vllm_rollout():
         assert last > first + 0.05, (first, last, rewards)
     finally:
         w.rollout_engine.close()
+
+
+def test_model_dir_and_dataset_run_on_the_models_own_tokenizer(tmp_path):
+    """A user's model directory and prompt file on vLLM: the engine loads the directory's tokenizer (it
+    agrees with the job's), prompts of different lengths share one call, and the PPO ratio starts at 1."""
+    from test_grpo_inputs import make_model_dir, write_jsonl
+
+    rows = [{"question": q, "solution": a} for q, a in [("1+2=", 3), ("12+30=", 42), ("100+200=", 300)]]
+    opts = {"engine": "vllm", "model": str(make_model_dir(tmp_path / "model", hidden_size=64)),
+            "dataset": str(write_jsonl(tmp_path / "data.jsonl", rows)), "prompt_field": "question",
+            "answer_field": "solution", "reward": "numeric", "prompts_per_iteration": 3, "group_size": 2,
+            "max_new_tokens": 5}
+    w = GRPOWorkload("D", opts, 3)
+    w.to_device("rollout", w.initial_state("rollout"), CPU)
+    w.to_device("train", w.initial_state("train"), CPU)
+    try:
+        engine_tok = w.rollout_engine.llm.get_tokenizer()
+        assert engine_tok is not None and engine_tok.eos_token_id == w.tokenizer.eos_id
+        for r in rows:
+            assert engine_tok.encode(r["question"], add_special_tokens=False) == w.tokenizer.encode(r["question"])
+        widths = {len(w._prompt_tokens(w.problem(0, p))) for p in range(3)}
+        assert len(widths) == 3 and w.rollout_engine.shape.max_seq_len == max(widths) + 5
+        s = w.reward(w.rollout(0, 0, 1))
+        assert s.count == 6 and sorted(set(s.data["prompt_index"].tolist())) == [0, 1, 2]
+        assert_logprobs_match(w, s)
+        text = engine_tok.decode(s.data["response_ids"][0][s.data["response_mask"][0]].tolist(), skip_special_tokens=True)
+        assert text == w.response_text(s.data["response_ids"][0], s.data["response_mask"][0])
+    finally:
+        w.rollout_engine.close()

