@@ -10,7 +10,8 @@ a. Synthetic families BL / RH / TH / Mixed (``weave_rl.profiles.generators.gener
    ``--jobs`` jobs each, on the ``weave-testbed`` preset: the optimal cost against the exhaustive
    optimum of ``bench/bruteforce.py`` (must match on every instance), and the weave and solo
    policies' cost relative to the optimum (the Weave paper reports weave within 1.01-1.12 of it).
-   Every plan of every policy goes through ``weave_rl.planner.check.assert_valid``.
+   Every plan of every policy goes through ``weave_rl.planner.check.assert_valid``. The optimal
+   policy's throughput objective (most iterations per $) against ``brute_force_throughput`` too.
 b. The seed job on ``a100-32`` with the iteration-time objective: its iteration time against the
    static 20/12 split (its solo iteration) and the bound 48.75 s (all 32 GPUs on each phase, no sync,
    no switches); target: within 10 % of that bound plus sync and both warm switches.
@@ -30,12 +31,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.bruteforce import BruteForceStats, brute_force_cost
+from bench.bruteforce import BruteForceStats, brute_force_cost, brute_force_throughput
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import assert_valid
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import Plan
 from weave_rl.planner.summary import usd_per_iteration
+from weave_rl.planner.throughput import iterations_per_usd
 from weave_rl.profiles.generators import MICRO_SPLITS, generate, micro_job, seed_job
 from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
 from weave_rl.topology.topology import Topology, load_topology, topology_from_data
@@ -126,6 +128,14 @@ class Instance:
     brute_wall_s: float
     brute_stats: BruteForceStats
     brute_groups: list = field(default_factory=list)
+    throughput: Run | None = None  # the optimal policy, throughput objective
+    brute_throughput: float = math.nan  # exhaustive iterations per $
+
+    @property
+    def throughput_match(self) -> bool:
+        t = self.throughput
+        return t is not None and t.ok and not t.rejected and math.isclose(
+            iterations_per_usd(t.plan), self.brute_throughput, rel_tol=MATCH_TOL)
 
     @property
     def opt(self) -> Run:
@@ -158,6 +168,15 @@ def section_families(args: argparse.Namespace) -> tuple[list[Instance], list[str
             brute, groups = brute_force_cost(PlanningModel(topo, jobs), args.max_group_size, threads=args.threads,
                                              stats=stats)
             inst = Instance(family, seed, runs, brute, time.perf_counter() - started, stats, groups)
+            inst.throughput = run_policy(topo, jobs, "optimal", objective="throughput", time_limit_s=args.time_limit,
+                                         threads=args.threads, max_group_size=args.max_group_size)
+            inst.brute_throughput, _ = brute_force_throughput(PlanningModel(topo, jobs), args.max_group_size,
+                                                              threads=args.threads)
+            if not inst.throughput_match:
+                t = inst.throughput
+                notes.append(f"{family} seed {seed}: throughput objective "
+                             f"{iterations_per_usd(t.plan) if t.plan else math.nan:.6f} != brute force "
+                             f"{inst.brute_throughput:.6f} iterations per $ ({t.error or t.violations or ''})")
             instances.append(inst)
             opt = inst.opt
             colo = runs["colocate"]
@@ -170,7 +189,9 @@ def section_families(args: argparse.Namespace) -> tuple[list[Instance], list[str
                 opt.plan.solver.status if opt.plan else "ERR",
                 f"{opt.wall_s:.2f}", f"{inst.brute_wall_s:.2f}",
                 stats.timetable_solves,
-                "yes" if all(r.ok for r in runs.values()) else "NO",
+                iterations_per_usd(inst.throughput.plan) if inst.throughput.plan else math.nan,
+                "yes" if inst.throughput_match else "NO",
+                "yes" if all(r.ok for r in runs.values()) and inst.throughput.ok else "NO",
             ])
             for r in runs.values():
                 if r.error:
@@ -192,7 +213,7 @@ def section_families(args: argparse.Namespace) -> tuple[list[Instance], list[str
                                  + "; ".join(f"{x.name}: {x.reason}" for x in runs[p].plan.rejected))
         say(table(f"a. {family}: {args.jobs} jobs on weave-testbed, $/h (ratios to the optimum)",
                   ["family", "seed", "opt $/h", "brute $/h", "opt/bf", "weave/opt", "solo/opt", "colo/opt",
-                   "groups", "status", "opt s", "bf s", "bf tt", "valid"], rows))
+                   "groups", "status", "opt s", "bf s", "bf tt", "iter/$", "iter/$ == bf", "valid"], rows))
         say()
     if colo_reasons:
         notes.append("colocate rejections in a.: " + "; ".join(f"{n} x {r}" for r, n in sorted(colo_reasons.items())))
@@ -377,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     matched = sum(i.match for i in instances)
     verdicts.append((matched == len(instances),
                      f"a. optimal == brute force on {matched}/{len(instances)} instances"))
+    matched = sum(i.throughput_match for i in instances)
+    verdicts.append((matched == len(instances),
+                     f"a. throughput objective == brute force (iterations per $) on {matched}/{len(instances)} instances"))
     valid = [r.ok for i in instances for r in i.runs.values()]
     verdicts.append((all(valid), f"a. plans valid (assert_valid) {sum(valid)}/{len(valid)} "
                                  f"({len(POLICIES)} policies x {len(instances)} instances)"))
