@@ -17,6 +17,10 @@ wall time ``duration_s``, which lending shortened and migration lengthened: the 
 those itself (``executor/sim.py``), so a wall-time fit would count them twice. The elastic model
 itself (tail share, lending gain) is fitted by ``profiles/elastic_fit.py``.
 
+A row with an ``after_s`` column (the real backends') adds it: the time the phase kept its devices
+after its work ended (writing its samples, copying the weights for the sync, the trainer's
+checkpoint). The plan has no other term for it, and it is part of every iteration.
+
 Phases and jobs without records stay as they are. ``reward`` and ``sync`` rows are accepted but
 ignored: the jobs file has no duration for them (reward is folded into rollout, sync is computed
 from the topology). Any other phase name, or a job missing from the jobs file, is an
@@ -68,15 +72,18 @@ def fit_jobs(
 
 
 def _planned_durations(frame: pd.DataFrame) -> pd.DataFrame:
-    """``duration_s`` of elastic rollout rows replaced by their planned-GPU ``width_s`` (module doc)."""
+    """``duration_s`` as the plan sees a phase (module doc): an elastic rollout row's planned-GPU
+    ``width_s`` instead of its wall time, plus ``after_s`` where the records have it."""
     from weave_rl.profiles.elastic_fit import elastic_rows
 
-    rows = elastic_rows(frame).index
-    if not len(rows) or "width_s" not in frame.columns:
-        return frame
-    width = pd.to_numeric(frame.loc[rows, "width_s"], errors="coerce")
     frame = frame.copy()
-    frame.loc[rows, "duration_s"] = width.where(width > 0, frame.loc[rows, "duration_s"])
+    rows = elastic_rows(frame).index
+    if len(rows) and "width_s" in frame.columns:
+        width = pd.to_numeric(frame.loc[rows, "width_s"], errors="coerce")
+        frame.loc[rows, "duration_s"] = width.where(width > 0, frame.loc[rows, "duration_s"])
+    if "after_s" in frame.columns:
+        after = pd.to_numeric(frame["after_s"], errors="coerce")
+        frame["duration_s"] = frame["duration_s"] + after.where(after > 0, 0.0).fillna(0.0)
     return frame
 
 

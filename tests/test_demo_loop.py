@@ -28,9 +28,11 @@ def test_real_run_fits_its_records_and_replans(tmp_path):
     records = pd.read_parquet(tmp_path / "run" / "records.parquet")
     for job in ("add", "sort"):  # the fitted profiles are the run's own measurements
         for phase in ("rollout", "train"):
-            # An elastic rollout is refit from width_s, its prompt groups' pull replayed on its planned GPUs.
-            column = "width_s" if phase == "rollout" else "duration_s"
-            measured = records[(records.job == job) & (records.phase == phase)][column]
+            # An elastic rollout is refit from width_s, its prompt groups' pull replayed on its planned GPUs,
+            # and every phase's time includes after_s (samples written, weights copied, checkpoint).
+            rows = records[(records.job == job) & (records.phase == phase)]
+            assert (rows.after_s > 0).all()
+            measured = rows["width_s" if phase == "rollout" else "duration_s"] + rows.after_s
             assert getattr(fitted[job], phase).duration_s.quantile(0.5) == pytest.approx(measured.median(), rel=1e-6)
     first, again = load_plan(tmp_path / "plan.yaml"), load_plan(tmp_path / "plan-replanned.yaml")
     assert check_plan(again, topo, fitted) == []

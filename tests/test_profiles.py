@@ -472,6 +472,16 @@ def test_fit_single_sample_is_a_number():
     assert fitted["A"].rollout.scaling is None
 
 
+def test_fit_counts_the_time_a_phase_kept_its_devices_after_its_work():
+    # The real backends' after_s (samples written, weights copied, checkpoint): part of the phase's time.
+    frame = records_frame(_rows(phase="train", durations=[40.0, 44.0]))
+    frame["after_s"] = [2.0, 4.0]
+    assert fit_jobs(frame, _two_jobs())["A"].train.duration_s.to_raw() == {"p50": 45.0, "p95": pytest.approx(47.7),
+                                                                          "max": 48.0}
+    frame["after_s"] = [float("nan"), 4.0]  # a row without it (another backend's) counts as 0
+    assert fit_jobs(frame, _two_jobs())["A"].train.duration_s.to_raw()["max"] == 48.0
+
+
 def test_fit_unknown_job_or_phase():
     with pytest.raises(InputError) as info:
         fit_jobs(records_frame(_rows(job="Z")), _two_jobs(), records_file="runs.csv")

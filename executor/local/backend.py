@@ -555,6 +555,8 @@ class WorkerBackend:
             for hook in self.on_metric:
                 hook(dict(row))
         busy = sum(r.end - r.start for r in res)
+        # per planned GPU, what the phase held its devices for after its work (worker.py: after_s)
+        after = max(r.info.get("after_s", 0.0) for r in res)
         width, extra = end - start, {}
         if run.elastic:
             # What the same prompt groups would take pulled by the planned GPUs alone: the duration a
@@ -564,11 +566,12 @@ class WorkerBackend:
             extra = {"shares": run.shares, "tail_share": shape.tail_share, "gpus_peak": ex.peak_gpus,
                      "shares_taken_back": ex.taken_back, "wasted_gpu_s": ex.wasted_gpu_s,
                      "share_s_max": max(r.end - r.start for r in res), "share_s_mean": busy / len(res)}
+            after = sum(r.info.get("after_s", 0.0) for r in res) / len(run.gpus)
             busy += ex.wasted_gpu_s
         m_ = Measured(start_s=start, end_s=end, switch_s=max(r.switch_s for r in res), width_s=width,
                       gpus=ex.gpus_at_start if run.elastic else len(res), gpu_type=run.gpu_type, busy_gpu_s=busy,
                       switch_gpu_s=sum(r.switch_s for r in res),
-                      cluster=self.topology.node(node_of(run.gpus[0])).cluster, extra=extra)
+                      cluster=self.topology.node(node_of(run.gpus[0])).cluster, extra={**extra, "after_s": after})
         self.by_run.pop(run, None)
         self.execs.pop(ex.rid, None)
         self.controller.phase_done(run, m_)

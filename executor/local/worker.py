@@ -307,13 +307,15 @@ class Worker:
                         else ({"loss": float(out)} if out is not None else {}),
                         "count": int(mine.count), "batch": int(batch.count), "ledger": len(ledger),
                         "ledger_unique": len(set(ledger)), "stats": dict(batch.stats)}
+            offload = 0.0
             if msg.task:  # a prompt group: the state stays for the next one (Unwarm offloads it)
                 self.warmed[msg.rid] = (msg.attempt, 0.0)
             else:
                 t0 = time.monotonic()
                 self.host[(job, msg.role)] = wl.to_host(msg.role)
                 self.resident = None
-                switch += time.monotonic() - t0
+                offload = time.monotonic() - t0
+                switch += offload
             if msg.role == "train":
                 self.version[(job, "train")] = msg.iteration
                 if msg.save:
@@ -325,6 +327,9 @@ class Worker:
                         old = checkpoint_path(root, job, kind, msg.iteration - KEEP_CHECKPOINTS)
                         old.unlink(missing_ok=True)
         info["permit_latency_s"] = max(0.0, start - msg.sent) if msg.sent else None
+        # The device stays this phase's after its work ends: writing samples, copying the weights for
+        # the sync, checkpointing (the offload is in switch_s). A refit counts it as phase time.
+        info["after_s"] = max(0.0, time.monotonic() - end - offload)
         self.send(m.Done(msg.rid, msg.attempt, self.cfg.wid, start, end, switch, info, task=msg.task))
 
     def _sync(self, msg) -> None:

@@ -28,6 +28,12 @@ def _cache_kwarg(model: PreTrainedModel) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def _keep_last(model: PreTrainedModel, n: int) -> dict[str, int]:
+    """Ask for the logits of the last ``n`` positions only, when the model can (HF ``logits_to_keep``):
+    the vocabulary projection of the prompt positions is most of a small model's head cost."""
+    return {"logits_to_keep": n} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 def _cache_of(out: Any) -> Any:
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
@@ -64,7 +70,7 @@ def sample(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.
     attn = prompt_mask.long()
     pos = positions(prompt_mask)
     cache_kwarg = _cache_kwarg(model)
-    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+    out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True, **_keep_last(model, 1))
     next_pos = pos[:, -1:] + 1
     for t in range(steps):
         if between_steps is not None:
@@ -92,7 +98,10 @@ def response_logprobs(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_m
     """Teacher-forced log-probs of the response tokens, [n, T] (differentiable)."""
     ids = torch.cat([prompt_ids, response_ids], dim=1)
     mask = torch.cat([prompt_mask, response_mask], dim=1)
-    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask), use_cache=False).logits
     width, steps = prompt_ids.shape[1], response_ids.shape[1]
-    logits = logits[:, width - 1: width - 1 + steps].float() / temperature
+    keep = _keep_last(model, steps + 1)  # positions width-1 .. the end: each predicts the next token
+    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=positions(mask), use_cache=False,
+                   **keep).logits
+    first = logits.shape[1] - (steps + 1) if keep else width - 1
+    logits = logits[:, first: first + steps].float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, response_ids[..., None]).squeeze(-1)
