@@ -279,8 +279,9 @@ def trace_sets(args) -> list[tuple[str, JobSet, object]]:
     paper's statistics (weave_rl.profiles.generators, family Production) at max (the paper's
     worst-case planning) and at 0.95."""
     production = generate("Production", args.jobs, args.seed)
-    return [("Mixed", trace_jobs(args.jobs, args.seed), 0.95), ("Production", production, "max"),
-            ("Production", production, 0.95)]
+    sets = {"mixed": ("Mixed", trace_jobs(args.jobs, args.seed), 0.95), "production-max": ("Production", production, "max"),
+            "production-0.95": ("Production", production, 0.95)}
+    return [sets[k] for k in args.traces.split(",")]
 
 
 def section_trace(args) -> tuple[list[str], TraceRun | None]:
@@ -294,7 +295,7 @@ def section_trace(args) -> tuple[list[str], TraceRun | None]:
     for name, jobs, q in trace_sets(args):
         runs = {}
         regroup = f"optimal+regroup {args.regroup_every_h:g}h"
-        for policy in POLICIES + [regroup]:
+        for policy in POLICIES + ([regroup] if args.regroup_every_h > 0 else []):
             every = args.regroup_every_h * 3600 if policy == regroup else None
             runs[policy] = run_one(policy, roomy, jobs, planner_for(policy.split("+")[0], roomy, q, args),
                                    share=True, seed=args.seed, threads=args.threads, time_limit=args.time_limit,
@@ -326,7 +327,8 @@ def section_trace(args) -> tuple[list[str], TraceRun | None]:
                                 f"{r.max_wait:.0f} s) with room for every job: its admission keeps the link's sync "
                                 f"load within its budget (planner/admission.py link_budget)")
         weave = runs["weave"]
-        opt = min((runs["optimal"], runs[regroup]), key=lambda r: r.usd if not math.isnan(r.usd) else math.inf)
+        opt = min((r for p, r in runs.items() if p.startswith("optimal")),
+                  key=lambda r: r.usd if not math.isnan(r.usd) else math.inf)
         snap = regroup_bound(weave, jobs, roomy, q, args)
         say(table(f"b. {name} q={q}: weave's held $/h at {len(snap)} instants against the optimal plan (and its "
                   f"lower bound) of the same live jobs, re-planned from scratch (free migration)",
@@ -355,9 +357,9 @@ def section_trace(args) -> tuple[list[str], TraceRun | None]:
             verdicts.append(f"{'PASS' if ok else 'FAIL'} {text}")
         say()
     # Waits when the capacity is set (weave-testbed), apart from the costs above.
-    if not args.quick:
+    if not args.quick and not args.no_capacity:
         topo = load_topology("weave-testbed")
-        name, jobs, q = trace_sets(args)[1]
+        name, jobs, q = "Production", generate("Production", args.jobs, args.seed), "max"
         rows = []
         for policy in ("solo", "weave", "optimal"):
             r = run_one(policy, topo, jobs, planner_for(policy, topo, q, args), share=True, seed=args.seed,
@@ -516,7 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=10.0, help="Solver time limit per plan.")
     parser.add_argument("--sections", default="abcde", help="Which sections to run (letters).")
     parser.add_argument("--regroup-every-h", type=float, default=4.0,
-                        help="Section b: the optimal policy's periodic re-optimization (also run without).")
+                        help="Section b: the optimal policy's periodic re-optimization (also run without; 0: not run).")
+    parser.add_argument("--traces", default="mixed,production-max,production-0.95",
+                        help="Section b's traces: mixed, production-max, production-0.95 (comma-separated).")
+    parser.add_argument("--no-capacity", action="store_true",
+                        help="Section b: skip the waits on weave-testbed's capacity.")
     parser.add_argument("--snapshot-time-limit", type=float, default=5.0,
                         help="Solver time limit of each re-planning snapshot in section b.")
     args = parser.parse_args(argv)
