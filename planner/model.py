@@ -48,7 +48,7 @@ class PlanningModel:
                tuple(sorted(set(map(node_of, train_gpus)) & set(map(node_of, rollout_gpus)))))
         if key not in self._sync_cache:
             self._sync_cache[key] = self.topology.sync_time_s(job.weight_bytes, train_gpus, rollout_gpus, SYNC_MODEL)
-        return self._sync_cache[key]
+        return self._sync_cache[key] + job.sync_overhead_s  # the measured part the network model leaves out
 
     # ----- solo reference --------------------------------------------------------------------
     def solo_placement(self, job: JobSpec) -> tuple[list[str], list[str]]:

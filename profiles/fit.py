@@ -21,9 +21,14 @@ A row with an ``after_s`` column (the real backends') adds it: the time the phas
 after its work ended (writing its samples, copying the weights for the sync, the trainer's
 checkpoint). The plan has no other term for it, and it is part of every iteration.
 
-Phases and jobs without records stay as they are. ``reward`` and ``sync`` rows are accepted but
-ignored: the jobs file has no duration for them (reward is folded into rollout, sync is computed
-from the topology). Any other phase name, or a job missing from the jobs file, is an
+Sync rows with the plan's ``planned_s`` (the real backends' records) set the job's
+``sync_overhead_s``: what the syncs took beyond the plan's sync, median over the rows, added to the
+overhead the plan already counted (the network part stays the topology's model, so it follows the
+job to other placements).
+
+Phases and jobs without records stay as they are. ``reward`` rows, and sync rows without
+``planned_s``, are accepted but ignored: reward is folded into rollout, and sync is computed from
+the topology. Any other phase name, or a job missing from the jobs file, is an
 ``InputError`` naming the records file.
 """
 
@@ -67,6 +72,11 @@ def fit_jobs(
                     updates[name] = _fit_phase(job.phase(name), rows)
                 except ValueError as exc:  # records that make no valid phase (checked records should not)
                     raise InputError(records_file, f"job {job.name}.{name}", str(exc)) from None
+        syncs = frame[(frame["job"] == job.name) & (frame["phase"] == "sync")]
+        if len(syncs) and "planned_s" in frame.columns:
+            beyond = (syncs["duration_s"] - pd.to_numeric(syncs["planned_s"], errors="coerce")).dropna()
+            if len(beyond):
+                updates["sync_overhead_s"] = max(0.0, job.sync_overhead_s + float(beyond.median()))
         fitted.append(job.model_copy(update=updates) if updates else job)
     return JobSet(jobs=fitted)
 

@@ -147,6 +147,9 @@ class JobSpec(BaseModel):
     max_staleness: Literal[0, 1] = 0
     iterations: Annotated[int, Field(gt=0, le=10**9, strict=True)] | None = None
     arrival_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S, strict=True)] = 0.0
+    # Seconds a weight sync takes beyond the topology's network model (serialising, copying into the
+    # engine); ``weave profile fit`` measures it from the records' sync rows.
+    sync_overhead_s: NonNegFloat = 0.0
     rollout: PhaseSpec
     train: PhaseSpec
     # What the real executor runs for this job ({kind: grpo, ...}); the planner ignores it.
@@ -321,6 +324,8 @@ def _job_to_data(job: JobSpec) -> dict:
         out["iterations"] = job.iterations
     if job.arrival_s != 0:
         out["arrival_s"] = _num(job.arrival_s)
+    if job.sync_overhead_s != 0:
+        out["sync_overhead_s"] = _num(job.sync_overhead_s)
     out["rollout"] = phase_to_data(job.rollout)
     out["train"] = phase_to_data(job.train)
     if job.workload is not None:

@@ -482,6 +482,31 @@ def test_fit_counts_the_time_a_phase_kept_its_devices_after_its_work():
     assert fit_jobs(frame, _two_jobs())["A"].train.duration_s.to_raw()["max"] == 48.0
 
 
+def test_fit_measures_the_sync_beyond_the_network_model_and_the_planner_adds_it():
+    from weave_rl.planner.api import make_plan
+    from weave_rl.planner.check import check_plan
+    from weave_rl.topology.topology import load_topology
+
+    frame = records_frame(_rows(phase="sync", durations=[5.5, 6.5, 6.0]))
+    frame["planned_s"] = [0.5, 0.5, 0.5]  # what the plan gave each sync
+    once = fit_jobs(frame, _two_jobs())
+    assert once["A"].sync_overhead_s == 5.5 and once["B"].sync_overhead_s == 0.0
+    assert jobs_from_data(jobs_to_data(once), "fitted.yaml") == once  # written and read back
+    frame["planned_s"] = [6.0, 6.0, 6.0]  # a plan that already counted 5.5 s of it: 0.5 s less than measured
+    assert fit_jobs(frame, once)["A"].sync_overhead_s == 5.5
+    assert fit_jobs(frame.drop(columns="planned_s"), _two_jobs())["A"].sync_overhead_s == 0.0  # nothing to compare
+
+    topo = load_topology("weave-testbed")
+    base = jobs_from_data({"jobs": [_job()]}, "jobs.yaml")
+    slow = jobs_from_data({"jobs": [_job(sync_overhead_s=5.5)]}, "jobs.yaml")
+    syncs = []
+    for jobs in (base, slow):
+        plan = make_plan(topo, jobs, policy="solo", time_limit_s=5)
+        assert check_plan(plan, topo, jobs) == []
+        syncs.append(plan.groups[0].jobs[0].phase("sync").duration_s)
+    assert syncs[1] == pytest.approx(syncs[0] + 5.5)
+
+
 def test_fit_unknown_job_or_phase():
     with pytest.raises(InputError) as info:
         fit_jobs(records_frame(_rows(job="Z")), _two_jobs(), records_file="runs.csv")

@@ -62,6 +62,11 @@ def _smollm2() -> tuple[PreTrainedModel, HFTokenizer]:
     folder = os.path.dirname(spec.origin)
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_FILE)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_FILE, dtype=torch.float32)
+    # The GGUF tensors were de-quantized to float32 on load: drop the quantizer's marks, so the model
+    # is a plain one that save_pretrained writes (the vLLM engine loads it from such a directory).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     return model.eval(), HFTokenizer(tok)
 
 
