@@ -57,3 +57,15 @@ def test_two_jobs_with_vllm_rollout_workers_learn_under_one_plan(tmp_path):
     # Every phase of every iteration was recorded once.
     phases = [(r["job"], r["iteration"], r["phase"]) for r in result.records]
     assert len(phases) == len(set(phases)) == 2 * ITERATIONS * 3
+
+
+def test_smollm2_learns_with_vllm_rollout_under_a_co_scheduled_plan(tmp_path):
+    """``examples/smollm2_grpo`` with the SmolLM2 job's rollout on a vLLM engine (its own tokenizer)."""
+    import pytest
+
+    from test_smollm2_learning import ITERATIONS, assert_learned, run_example, why
+
+    if why is not None:
+        pytest.skip(why)
+    result, jobs = run_example(tmp_path / "vllm", ITERATIONS, engine="vllm")
+    assert_learned(result, jobs, tmp_path / "vllm", ITERATIONS)
