@@ -31,3 +31,24 @@ def test_reward_rises_on_default_task():
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     # A random policy scores ~0.05 (a right digit in the right place by chance); 30 steps reach ~0.15.
     assert last > first + 0.05, (first, last, rewards)
+
+
+def test_greedy_score_is_the_mean_reward_of_argmax_answers():
+    from weave_rl.executor.rl import GRPOWorkload
+    from weave_rl.executor.rl.evaluate import greedy_score
+    from weave_rl.executor.rl.model import build_model, initial_params
+    from weave_rl.executor.rl.vllm_engine import greedy_torch
+
+    job = GRPOWorkload("T", {"task": "addition", "digits": 1}, 4)
+    problems = [job.problem(0, p) for p in range(6)]
+XX
+    model = build_model(job.opts, job.tokenizer, 4)
+    model.load_state_dict(weights)
+    by_hand = []
+    for p in problems:  # one prompt at a time, no cache, plain argmax
+        tokens, _ = greedy_torch(model, job._prompt_tokens(p), job.max_new_tokens, job.tokenizer.eos_id)
+        text = job.tokenizer.decode([t for t in tokens if t != job.tokenizer.eos_id])
+        by_hand.append(job.reward_fn(p.prompt, text, p.answer))
+    assert greedy_score(job, problems, weights, batch=4) == pytest.approx(sum(by_hand) / len(by_hand))
+    with pytest.raises(ValueError, match="lack"):
+        greedy_score(job, problems, {"lm_head.weight": weights["lm_head.weight"]})

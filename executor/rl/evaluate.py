@@ -24,7 +24,11 @@ def greedy_score(job: GRPOWorkload, problems: Sequence[Problem], weights: Mappin
     """Mean of the job's reward over ``problems``, each answered greedily (up to the job's
     ``max_new_tokens``) by the policy with ``weights`` (default: the initial policy), on the CPU."""
     model = build_model(job.opts, job.tokenizer, job.seed)
-    model.load_state_dict(dict(weights or initial_params(job.opts, job.tokenizer, job.seed)), strict=False)
+    weights = dict(weights or initial_params(job.opts, job.tokenizer, job.seed))
+    missing = {n for n, _ in model.named_parameters()} - set(weights)
+    if missing:
+        raise ValueError(f"greedy_score: weights of job {job.job} lack {sorted(missing)[:3]}")
+    model.load_state_dict(weights, strict=False)  # named_parameters names: a tied head comes with its embedding
     tok = job.tokenizer
     total = 0.0
     for lo in range(0, len(problems), batch):
@@ -32,10 +36,10 @@ def greedy_score(job: GRPOWorkload, problems: Sequence[Problem], weights: Mappin
         ids, mask = left_pad([job._prompt_tokens(p) for p in chunk], tok.pad_id)
         out = model.generate(input_ids=ids, attention_mask=mask.long(), do_sample=False,
                              max_new_tokens=job.max_new_tokens, pad_token_id=tok.pad_id, eos_token_id=tok.eos_id)
-        for p, row in zip(chunk, out[:, ids.shape[1]:]):
+        for i, (p, row) in enumerate(zip(chunk, out[:, ids.shape[1]:]), lo):
             toks = row.tolist()
             if tok.eos_id in toks:
                 toks = toks[:toks.index(tok.eos_id)]
             total += call_reward(job.reward_fn, job.opts.reward_name, p.prompt, tok.decode(toks), p.answer,
-                                 f"held-out problem {lo} of job {job.job}")
+                                 f"held-out problem {i} of job {job.job}")
     return total / max(1, len(problems))
