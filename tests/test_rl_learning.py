@@ -41,7 +41,7 @@ def test_greedy_score_is_the_mean_reward_of_argmax_answers():
 
     job = GRPOWorkload("T", {"task": "addition", "digits": 1}, 4)
     problems = [job.problem(0, p) for p in range(6)]
-XX
+    weights = initial_params(job.opts, job.tokenizer, 3)  # another policy than the job's initial one
     model = build_model(job.opts, job.tokenizer, 4)
     model.load_state_dict(weights)
     by_hand = []
@@ -49,6 +49,7 @@ XX
         tokens, _ = greedy_torch(model, job._prompt_tokens(p), job.max_new_tokens, job.tokenizer.eos_id)
         text = job.tokenizer.decode([t for t in tokens if t != job.tokenizer.eos_id])
         by_hand.append(job.reward_fn(p.prompt, text, p.answer))
+    assert sum(by_hand) > 0  # some credit to get right (this seed's policy earns 1/9)
     assert greedy_score(job, problems, weights, batch=4) == pytest.approx(sum(by_hand) / len(by_hand))
     with pytest.raises(ValueError, match="lack"):
         greedy_score(job, problems, {"lm_head.weight": weights["lm_head.weight"]})
