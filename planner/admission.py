@@ -306,6 +306,21 @@ class AdmissionPlanner:
             self._options[key] = sorted(options, key=lambda o: (price[o.cluster] * o.nodes, o.gpus))
         return self._options[key]
 
+    def _alone_on_one_node(self, job: JobSpec, t: PhaseOption, o: PhaseOption) -> _Placement | None:
+        """A group of its own with both phases side by side on one free node (train on its first
+        GPUs): what a one-node topology offers, and on any cluster maybe cheaper than two nodes."""
+        topo = self.topology
+        if t.cluster != o.cluster or t.nodes != 1 or o.nodes != 1 \
+                or t.gpus + o.gpus > topo.clusters[t.cluster].gpus_per_node:
+            return None
+        node = self._peek(t.cluster, 1)
+        if node is None:
+            return None
+        gpus = topo.node(node[0]).gpu_ids
+        member = Member(job, tuple(gpus[t.gpus:t.gpus + o.gpus]), tuple(gpus[:t.gpus]))
+        self._full_link = None
+        return self._try(job, None, member, list(node), topo.cost_usd_per_hour(node))
+
     def _rollout_options(self, job: JobSpec) -> list[PhaseOption]:
         return self._phase_options(job, "rollout")
 
@@ -366,6 +381,9 @@ class AdmissionPlanner:
         best: _Placement | str = "no free nodes for a group of its own"
         for t in self._phase_options(job, "train"):
             for o in self._rollout_options(job):
+                shared = self._alone_on_one_node(job, t, o)  # its failure leaves the reason to the others
+                if shared is not None and (isinstance(best, str) or shared.added < best.added):
+                    best = shared
                 if t.cluster == o.cluster:
                     nodes = self._peek(t.cluster, t.nodes + o.nodes)
                     train_nodes, roll_nodes = (nodes[:t.nodes], nodes[t.nodes:]) if nodes else (None, None)

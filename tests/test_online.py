@@ -190,3 +190,18 @@ def test_no_link_budget_admits_everything_that_fits():
     jobs = jobset(*big)
     op = OnlinePlanner(TESTBED, JobSet(jobs=[]), link_budget=None)
     assert all(op.admit(spec).placed for spec in jobs.jobs)
+
+
+def test_a_one_node_topology_takes_a_job_whose_phases_fit_side_by_side():
+    # local: one node of two devices. Train on device 0 and rollout on device 1, as make_plan does;
+    # a second such job joins that group; none is refused for want of a second node.
+    topo = load_topology("local")
+    phase = {"gpus": 1, "gpu_type": "CPU", "duration_s": 1.0, "host_mem_gb": 0.1}
+    jobs = jobs_from_data({"jobs": [{"name": n, "params_b": 0.001, "slo": 2.0, "rollout": phase, "train": phase}
+                                    for n in ("A", "B")]}, "<test>")
+    op = OnlinePlanner(topo, JobSet(jobs=[]))
+    first, second = op.admit(jobs["A"]), op.admit(jobs["B"])
+    assert first.placed and second.placed and first.group == second.group == "g0", (first.reason, second.reason)
+    assert second.added_usd_per_hour == 0.0 and second.plan.cost_usd_per_hour == pytest.approx(make_plan(
+        topo, jobs, policy="optimal", time_limit_s=5).cost_usd_per_hour)
+    assert check_plan(second.plan, topo, jobs) == []
