@@ -11,7 +11,7 @@ jobs file goes on the workers' ``PYTHONPATH`` (a ``kind: my_module:MyWorkload`` 
 ``--jobs examples/custom_job/jobs.yaml`` runs the custom-job example the same way.
 
 a. reward curve: each job's mean training reward over the first and last 10 iterations; for a grpo job
-   with a ``heldout.jsonl`` next to the jobs file, also the mean reward of its greedy answers to those
+   on a dataset, with a ``heldout.jsonl`` next to the jobs file, also the mean reward of its greedy answers to those
    problems by the initial policy and by the last checkpoint's;
 b. rollout tokens/s of each grpo job in the run (torch engine), and of the same job's options on the
    torch and the vLLM engine in this process (3 rollouts each after a warm-up; vLLM when installed);
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             head, tail = sum(rewards[:edge]) / edge, sum(rewards[-edge:]) / edge
             print(f"   {job}: {head:.3f} -> {tail:.3f} ({tail - head:+.3f})  {verdict(tail > head)}")
         heldout = folder / "heldout.jsonl"
-        for job in grpo if heldout.is_file() else []:
+        for job in [n for n in grpo if jobs[n].workload.get("dataset")] if heldout.is_file() else []:
             wl = build_workload(job, jobs[job].workload)
             problems = load_problems(str(heldout), wl.opts.prompt_field, wl.opts.answer_field)
             last = tmp / "run" / "checkpoints" / job / f"policy-{args.iterations - 1}.pt"
