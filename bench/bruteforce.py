@@ -307,12 +307,7 @@ def brute_force_throughput(model: PlanningModel, max_group_size: int = 5, *, tim
     """Exhaustive optimum of the throughput objective: job-iterations per $ and its groups (each a
     list of rollout classes of job names), every admissible job placed. Small instances only (it
     enumerates every set partition of the jobs)."""
-    bf = BruteForceThroughput(model, max_group_size, time_limit_s, threads)
-    out = bf.solve()
-    if stats is not None:
-        for name in ("subsets", "feasible_subsets", "timetable_solves", "pruned", "unknown", "rejected"):
-            setattr(stats, name, getattr(bf.stats, name))
-    return out
+    return _solve(BruteForceThroughput(model, max_group_size, time_limit_s, threads), stats)
 
 
 def _submasks(mask: int) -> Iterator[int]:
@@ -332,7 +327,11 @@ def brute_force_cost(model: PlanningModel, max_group_size: int = 5, *, time_limi
     Pass a ``BruteForceStats`` to read how much work it took (and any timetable solve that hit its
     time limit, which would make the result an upper bound rather than the optimum).
     """
-    bf = BruteForce(model, max_group_size, time_limit_s, threads)
+    return _solve(BruteForce(model, max_group_size, time_limit_s, threads), stats)
+
+
+def _solve(bf: BruteForce, stats: BruteForceStats | None) -> tuple[float, list[list[tuple[str, ...]]]]:
+    """``bf.solve()``, copying its work counters into ``stats`` when given."""
     out = bf.solve()
     if stats is not None:
         for name in ("subsets", "feasible_subsets", "timetable_solves", "pruned", "unknown", "rejected"):

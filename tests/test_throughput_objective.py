@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bruteforce import BruteForceStats, brute_force_throughput
+from bench.bruteforce import brute_force_throughput
 from weave_rl.core.errors import InputError
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan, format_violations
@@ -19,6 +19,8 @@ from weave_rl.planner.throughput import iterations_per_usd, plan_max_throughput
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data, jobs_to_data
 from weave_rl.topology.topology import load_topology
+
+from test_bruteforce import exhaustive  # tests/ is on sys.path under pytest
 
 TRAIN, ROLLOUT = 8 * 5.28, 8 * 1.85
 
@@ -79,19 +81,14 @@ HAND = [
 @pytest.mark.parametrize("case", range(len(HAND)))
 def test_hand_made_instances_agree_with_brute_force(topo, case):
     jobs = jobs_from_data({"jobs": HAND[case]}, "jobs.yaml")
-    stats = BruteForceStats()
-    best, _groups = brute_force_throughput(PlanningModel(topo, jobs), 5, stats=stats)
-    assert not stats.unknown and not stats.rejected
+    best, _ = exhaustive(brute_force_throughput, topo, jobs, every_job=False)
     assert iterations_per_usd(checked(topo, jobs)) == pytest.approx(best, rel=1e-9)
 
 
 @pytest.mark.parametrize("family, seed", [("BL", 0), ("Mixed", 1), ("RH", 2), ("TH", 3), ("Mixed", 4)])
 def test_generated_instances_agree_with_brute_force(topo, family, seed):
     jobs = generate(family, 6, seed)
-    stats = BruteForceStats()
-    best, groups = brute_force_throughput(PlanningModel(topo, jobs), 5, stats=stats)
-    assert not stats.unknown and not stats.rejected
-    assert sorted(n for g in groups for cls in g for n in cls) == sorted(jobs.names)
+    best, _ = exhaustive(brute_force_throughput, topo, jobs)
     plan = checked(topo, jobs)
     assert not plan.rejected
     assert iterations_per_usd(plan) == pytest.approx(best, rel=1e-9)
