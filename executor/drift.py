@@ -306,6 +306,5 @@ class DriftReplanner:
         if hasattr(p, "groups") and hasattr(p, "link_budget"):  # planner.online.OnlinePlanner: rebuild in place
             p.__init__(c.topology, specs, target, quantile=p.quantile, max_group_size=p.max_group_size,
                        max_trials=p.max_trials, link_budget=p.link_budget)
-        elif hasattr(p, "live"):  # executor.trace.BaselinePlanner
-            p.plan = target
-            p.live = {j.name: j for j in live.jobs}
+        elif hasattr(p, "adopt"):  # executor.trace.BaselinePlanner
+            p.adopt(target, specs)

@@ -22,6 +22,7 @@ from weave_rl.executor.loop import drive
 from weave_rl.executor.run import Progress, SimResult
 from weave_rl.executor.sim import DriftFn, Fault, SimBackend, SimModel
 from weave_rl.planner.api import make_plan
+from weave_rl.planner.baselines import OnlineWeave, Unplaceable
 from weave_rl.planner.online import Admission, Replan
 from weave_rl.planner.plan import GroupPlan, Plan, SolverInfo
 from weave_rl.profiles.jobs import JobSet, JobSpec
@@ -153,9 +154,9 @@ class BaselinePlanner:
 
     - ``solo`` / ``colocate``: every job is its own group, so an arrival is planned alone and put on
       nodes nobody holds; a departure frees its group.
-    - ``weave``: an arrival re-plans the live jobs in arrival order (Algorithm 1 is greedy in that
-      order) and ``stabilize`` keeps unchanged groups on their nodes; a departure only removes the
-      job from its group (the others keep their timetable, as in Weave), freeing an emptied group.
+    - ``weave``: the paper's online Algorithm 1 (``weave_rl.planner.baselines.OnlineWeave``): an arrival
+      joins a group in force or opens one, nothing placed moves, and a departure leaves its group to
+      the others. ``replan`` is the one re-planning: the live jobs admitted afresh in arrival order.
 
     ``planning_s`` adds up the wall time spent in the planner.
     """
@@ -173,6 +174,7 @@ class BaselinePlanner:
         self.live: dict[str, JobSpec] = {}
         self.plan = empty_plan(topology, policy, quantile)
         self.planning_s = 0.0
+        self.weave = OnlineWeave(topology, quantile, max_group_size) if policy == "weave" else None
 
     def _make(self, specs: list[JobSpec]) -> Plan:
         if not specs:
@@ -184,39 +186,64 @@ class BaselinePlanner:
         return stabilize(plan, self.plan, self.topology)
 
     def admit(self, job: JobSpec) -> Admission:
-        if self.policy in ("solo", "colocate"):
-            alone = self._make([job])
-            if alone.rejected or not alone.groups:
-                return Admission(False, None, alone.rejected[0].reason if alone.rejected else "not placed", self.plan)
-            group = alone.groups[0].model_copy(update={"name": f"{self.policy}-{job.name}"})
+        if self.weave is not None:
+            started = time.perf_counter()
             try:
-                plan = _with_groups(self.plan, [*self.plan.groups, group], self.topology)
-            except _NoRoom as exc:
+                group = self.weave.admit(job)
+            except Unplaceable as exc:
                 return Admission(False, None, str(exc), self.plan)
-        else:
-            plan = self._make(sorted([*self.live.values(), job], key=lambda j: (j.arrival_s, j.name)))
-            if any(r.name == job.name for r in plan.rejected):
-                reason = next(r.reason for r in plan.rejected if r.name == job.name)
-                return Admission(False, None, reason, self.plan)
+            finally:
+                self.planning_s += time.perf_counter() - started
+            self.live[job.name] = job
+            self.plan = self._weave_plan()
+            return Admission(True, group, None, self.plan)
+        alone = self._make([job])
+        if alone.rejected or not alone.groups:
+            return Admission(False, None, alone.rejected[0].reason if alone.rejected else "not placed", self.plan)
+        group = alone.groups[0].model_copy(update={"name": f"{self.policy}-{job.name}"})
+        try:
+            plan = _with_groups(self.plan, [*self.plan.groups, group], self.topology)
+        except _NoRoom as exc:
+            return Admission(False, None, str(exc), self.plan)
         self.live[job.name] = job
         self.plan = plan
-        return Admission(True, plan.jobs[job.name][0].name, None, plan)
+        return Admission(True, group.name, None, plan)
+
+    def adopt(self, plan: Plan, live: JobSet) -> None:
+        """Take ``plan`` (already in force) as the one later admissions and departures change."""
+        self.plan = plan
+        self.live = {j.name: j for j in live.jobs}
+        if self.weave is not None:
+            self.weave = OnlineWeave.in_force(self.topology, plan, self.live, self.quantile, self.max_group_size)
+
+    def _weave_plan(self) -> Plan:
+        return self.weave.plan().model_copy(update={"quantile": self.plan.quantile})
 
     def release(self, name: str) -> Plan:
         self.live.pop(name, None)
-        groups = []
-        for g in self.plan.groups:
-            jobs = [j for j in g.jobs if j.name != name]
-            if jobs:
-                groups.append(g if len(jobs) == len(g.jobs) else g.model_copy(update={"jobs": jobs}))
-        self.plan = _with_groups(self.plan, groups, self.topology)
+        if self.weave is not None:
+            self.weave.release(name)
+            self.plan = self._weave_plan()
+            return self.plan
+        self.plan = _with_groups(self.plan, [g for g in self.plan.groups if all(j.name != name for j in g.jobs)],
+                                 self.topology)
         return self.plan
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
                threads: int = 2) -> Replan:
         before = self.plan
         self.live = {j.name: j for j in jobs.jobs}
-        self.plan = self._make(sorted(jobs.jobs, key=lambda j: (j.arrival_s, j.name)))
+        ordered = sorted(jobs.jobs, key=lambda j: (j.arrival_s, j.name))
+        if self.weave is not None:
+            self.weave = OnlineWeave(self.topology, self.quantile, self.max_group_size)
+            for job in ordered:
+                try:
+                    self.weave.admit(job)
+                except Unplaceable:
+                    self.live.pop(job.name)  # nowhere to go now: the trace offers it again on a departure
+            self.plan = self._weave_plan()
+        else:
+            self.plan = self._make(ordered)
         old, new = before.jobs, self.plan.jobs
         moved = sorted(j for j in new if j in old and old[j][1].nodes != new[j][1].nodes)
         return Replan(self.plan, moved, before.cost_usd_per_hour, self.plan.cost_usd_per_hour)

@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Sequence
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
-from weave_rl.profiles.jobs import JobSpec, PhaseSpec
+from weave_rl.profiles.jobs import JobSet, JobSpec, PhaseSpec
 from weave_rl.topology.spec import ClusterSpec
 from weave_rl.topology.topology import Topology, node_of
 
@@ -47,6 +47,7 @@ class NodeAllocator:
     def __init__(self, topology: Topology):
         self.topology = topology
         self._free = {name: [n.id for n in topology.nodes_in(cluster=name)] for name in topology.clusters}
+        self._order = {node_id: i for nodes in self._free.values() for i, node_id in enumerate(nodes)}
 
     def free(self, cluster: str) -> int:
         return len(self._free[cluster])
@@ -59,6 +60,13 @@ class NodeAllocator:
     def take(self, nodes: Iterable[str]) -> None:
         for node in nodes:
             self._free[self.topology.node(node).cluster].remove(node)
+
+    def give(self, nodes: Iterable[str]) -> None:
+        """Return taken nodes, back in id order."""
+        for node in nodes:
+            free = self._free[self.topology.node(node).cluster]
+            free.append(node)
+            free.sort(key=self._order.__getitem__)
 
 
 class _Ledger:
@@ -86,6 +94,11 @@ class _Ledger:
     def add(self, member: Member) -> None:
         for node, pins in self.pins(member).items():
             self.used.setdefault(node, {}).update(pins)
+
+    def remove(self, member: Member) -> None:
+        for node, pins in self.pins(member).items():
+            for key in pins:
+                self.used[node].pop(key, None)
 
 
 class _Draft:
@@ -161,6 +174,7 @@ def _draft_phase(draft: _Draft, clusters: list[ClusterSpec], count: int) -> list
 
 @dataclass
 class _Group:
+    name: str
     members: list[Member]
     nodes: list[str]
     timetable: RoundRobin
@@ -180,6 +194,7 @@ class _Book:
         self.alloc = NodeAllocator(model.topology)
         self.ledger = _Ledger(model.topology)
         self.groups: list[_Group] = []
+        self.groups_made = 0  # names stay unique when groups are freed (online admission)
         self.rejected: list[Rejection] = []
         self._solo: dict[str, float] = {}
         self._train_busy: dict[tuple[str, tuple[str, ...]], float] = {}
@@ -219,7 +234,11 @@ class _Book:
         draft.commit()
         self.ledger.add(member)
         rollout_nodes = list(dict.fromkeys(node_of(g) for g in member.rollout_gpus))
-        self.groups.append(_Group([member], list(draft.nodes), rr, rollout_nodes))
+        taken = {g.name for g in self.groups}
+        while f"g{self.groups_made}" in taken:
+            self.groups_made += 1
+        self.groups.append(_Group(f"g{self.groups_made}", [member], list(draft.nodes), rr, rollout_nodes))
+        self.groups_made += 1
 
 
 def _admissible(book: _Book, job: JobSpec) -> None:
@@ -342,20 +361,81 @@ def plan_weave(model: PlanningModel, max_group_size: int = 5) -> Plan:
     if max_group_size < 1:
         raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
     started = time.perf_counter()
+    book = _plan_each(model, lambda book, job: _weave_place(book, job, max_group_size))
+    return _assemble("weave", "HEURISTIC", book, started)
 
-    def place(book: _Book, job: JobSpec) -> None:
-        best: _Candidate | None = None
-        reason: Unplaceable | None = None
-        for candidate in _weave_candidates(book, job, max_group_size):
-            if isinstance(candidate, Unplaceable):
-                reason = candidate  # the last one is the isolated group's: the root cause
-            elif best is None or candidate.key < best.key:
-                best = candidate
-        if best is None:
-            raise reason or Unplaceable("no placement found")
-        _admit(book, best)
 
-    return _assemble("weave", "HEURISTIC", _plan_each(model, place), started)
+def _weave_place(book: _Book, job: JobSpec, max_group_size: int) -> _Group:
+    """Admit ``job`` at its least-cost candidate; the group it joined (or opened)."""
+    best: _Candidate | None = None
+    reason: Unplaceable | None = None
+    for candidate in _weave_candidates(book, job, max_group_size):
+        if isinstance(candidate, Unplaceable):
+            reason = candidate  # the last one is the isolated group's: the root cause
+        elif best is None or candidate.key < best.key:
+            best = candidate
+    if best is None:
+        raise reason or Unplaceable("no placement found")
+    return _admit(book, best)
+
+
+class OnlineWeave:
+    """Algorithm 1 as the paper runs it, one event at a time: an arrival is admitted around the
+    groups in force (direct packing, rollout scaling or an isolated group) and nothing already
+    placed moves; a departure leaves its group, whose other members keep their nodes. Nodes no
+    member uses any more (an emptied group, a leaver's own scaled rollout nodes) are freed."""
+
+    def __init__(self, topology: Topology, quantile: float | str = 0.95, max_group_size: int = 5):
+        if max_group_size < 1:
+            raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+        self.book = _Book(PlanningModel(topology, JobSet(), quantile))
+        self.max_group_size = max_group_size
+
+    @classmethod
+    def in_force(cls, topology: Topology, plan: Plan, specs: dict[str, JobSpec], quantile: float | str = 0.95,
+                 max_group_size: int = 5) -> "OnlineWeave":
+        """Admission around a plan already in force (e.g. after a re-plan): its groups, their nodes
+        taken, their members' memory pinned."""
+        online = cls(topology, quantile, max_group_size)
+        book = online.book
+        for g in plan.groups:
+            members = [Member(specs[j.name], *(tuple(next(p.gpus for p in j.phases if p.phase == kind))
+                                               for kind in ("rollout", "train"))) for j in g.jobs]
+            book.alloc.take(g.nodes)
+            for m in members:
+                book.ledger.add(m)
+            rollout_nodes = list(dict.fromkeys(node_of(x) for m in members for x in m.rollout_gpus))
+            book.groups.append(_Group(g.name, members, list(g.nodes), round_robin_timetable(book.model, members),
+                                      rollout_nodes))
+        return online
+
+    def admit(self, job: JobSpec) -> str:
+        """The name of the group ``job`` joined; ``Unplaceable`` (the reason) if it fits nowhere."""
+        _admissible(self.book, job)
+        return _weave_place(self.book, job, self.max_group_size).name
+
+    def release(self, name: str) -> None:
+        book = self.book
+        for group in book.groups:
+            member = next((m for m in group.members if m.job.name == name), None)
+            if member is None:
+                continue
+            book.ledger.remove(member)
+            group.members.remove(member)
+            used = {node_of(g) for m in group.members for g in (*m.rollout_gpus, *m.train_gpus)}
+            unused = [n for n in group.nodes if n not in used]
+            book.alloc.give(unused)
+            if not group.members:
+                book.groups.remove(group)
+                return
+            group.nodes = [n for n in group.nodes if n in used]
+            group.rollout_nodes = [n for n in group.rollout_nodes if n in used]
+            # The intra-group scheduler runs the members left; fewer phases never lengthen the cycle.
+            group.timetable = round_robin_timetable(book.model, group.members)
+            return
+
+    def plan(self) -> Plan:
+        return _assemble("weave", "HEURISTIC", self.book, time.perf_counter())
 
 
 def _weave_candidates(book: _Book, job: JobSpec, max_group_size: int):
@@ -447,10 +527,10 @@ def _runs(topology: Topology, nodes: list[str], phase: PhaseSpec, count: int) ->
     return out
 
 
-def _admit(book: _Book, candidate: _Candidate) -> None:
+def _admit(book: _Book, candidate: _Candidate) -> _Group:
     if candidate.rank == ISOLATED:
         book.add_group(candidate.draft, candidate.member, candidate.timetable)
-        return
+        return book.groups[-1]
     group = book.groups[candidate.group]
     candidate.draft.commit()
     book.ledger.add(candidate.member)
@@ -459,13 +539,14 @@ def _admit(book: _Book, candidate: _Candidate) -> None:
     group.rollout_nodes += [n for n in dict.fromkeys(map(node_of, candidate.member.rollout_gpus))
                             if n not in group.rollout_nodes]
     group.timetable = candidate.timetable
+    return group
 
 
 # ----- the Plan ---------------------------------------------------------------------------------
 
 
 def _assemble(policy: str, status: str, book: _Book, started: float) -> Plan:
-    groups = [_group_plan(book, f"g{i}", group) for i, group in enumerate(book.groups)]
+    groups = [_group_plan(book, group.name, group) for group in book.groups]
     cost = sum(g.usd_per_hour or 0.0 for g in groups)
     return Plan(
         policy=policy,
@@ -491,4 +572,4 @@ def _plan_quantile(q: float | str) -> float | str:
     return q
 
 
-__all__ = ["NodeAllocator", "Unplaceable", "plan_colocate", "plan_solo", "plan_weave"]
+__all__ = ["NodeAllocator", "OnlineWeave", "Unplaceable", "plan_colocate", "plan_solo", "plan_weave"]

@@ -298,3 +298,65 @@ def test_out_of_nodes_rejects_the_late_job(policy):
     model = PlanningModel(topo, JobSet(jobs=[first, second]))
     plan = valid(policy(model), model)
     assert [r.name for r in plan.rejected] == ["second"] and "out of free" in plan.rejected[0].reason
+
+
+# ----- Weave online (Algorithm 1 one event at a time) ---------------------------------------------
+
+
+def online_valid(online, *jobs):
+    plan = online.plan()
+    assert_valid(plan, TESTBED, JobSet(jobs=[j for j in jobs if j.name in plan.jobs]))
+    return plan
+
+
+def test_online_weave_keeps_the_group_in_force_and_fills_a_leavers_bubble():
+    # C founds the group and D scales it onto a second H20 node (as above); after C leaves, D keeps
+    # its nodes and the shared H800 node, C's rollout node is freed, and E packs into D's group for
+    # free (the 425.6 s cycle holds 300 + 80 s of rollouts and 120 + 80 s of trains; E's cap is
+    # 3 x 165.6 s).
+    from weave_rl.planner.baselines import OnlineWeave
+
+    c, d, e = job("C", 300, 120, slo=1.4), job("D", 300, 120, slo=1.4), job("E", 80, 80, slo=3.0)
+    online = OnlineWeave(TESTBED)
+    assert online.admit(c) == "g0" and online.admit(d) == "g0"
+    before = online_valid(online, c, d)
+    assert before.groups[0].nodes == ["rollout-000", "train-000", "rollout-001"]
+    online.release("C")
+    after = online_valid(online, d)
+    (group,) = after.groups
+    assert group.nodes == ["train-000", "rollout-001"]
+    assert group.jobs[0].phase("rollout").gpus == list(gpus("rollout-001"))
+    assert after.cost_usd_per_hour == pytest.approx(NODE_PAIR)
+    assert online.admit(e) == "g0"
+    full = online_valid(online, d, e)
+    assert full.groups[0].nodes == ["train-000", "rollout-001"]
+    assert full.cost_usd_per_hour == pytest.approx(NODE_PAIR)
+
+
+def test_online_weave_frees_an_emptied_group_and_names_new_groups_apart():
+    from weave_rl.planner.baselines import OnlineWeave
+
+    f, g = job("F", 100, 60, gpus=16), job("G", 100, 60)
+    online = OnlineWeave(TESTBED)
+    assert online.admit(f) == "g0" and online.admit(g) == "g1"  # train pools of 16 and 8 GPUs: apart
+    online.release("F")
+    plan = online_valid(online, g)
+    assert [grp.name for grp in plan.groups] == ["g1"]
+    h = job("H", 100, 60, gpus=16)
+    assert online.admit(h) == "g2"
+    plan = online_valid(online, g, h)
+    # F's two H20 and two H800 nodes came back in id order: H takes the same ones.
+    assert plan.groups[1].nodes == ["rollout-000", "rollout-001", "train-000", "train-001"]
+    online.release("G")
+    online.release("H")
+    assert online.plan().groups == [] and online.book.ledger.used == {n: {} for n in online.book.ledger.used}
+
+
+def test_online_weave_in_force_admits_around_a_given_plan():
+    from weave_rl.planner.baselines import OnlineWeave
+
+    model = model_of(A)
+    plan = valid(plan_weave(model), model)
+    online = OnlineWeave.in_force(TESTBED, plan, {"A": A})
+    assert online.admit(B) == "g0"  # B packs into A's bubbles, as in one offline plan of both
+    assert online_valid(online, A, B).cost_usd_per_hour == pytest.approx(NODE_PAIR)

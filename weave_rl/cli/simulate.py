@@ -181,8 +181,7 @@ def simulate(
 
                     planner = BaselinePlanner(topo, plan.policy, quantile=plan.quantile, time_limit_s=time_limit,
                                               threads=threads)
-                    planner.plan = plan
-                    planner.live = {j: jobs[j] for j in plan.jobs}
+                    planner.adopt(plan, JobSet(jobs=[jobs[j] for j in plan.jobs]))
 
                 def setup(controller, _backend):
                     controller.extra_drift = DriftReplanner(controller, planner, migration_cost_s=migration_cost,
