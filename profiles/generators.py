@@ -47,6 +47,9 @@ size S/M/L per job; Mixed draws one of the nine (family, size) pairs. Every synt
 rollout + 8 H800 train GPUs, model size from {3, 7, 14, 32}B, SLO ~ Unif(1, 2) (2 decimals),
 iterations ~ Unif{50..300}, arrivals with exponential gaps of mean 1800 s from 0 (0.1 s),
 durations rounded to 0.1 s. Everything is drawn from ``numpy.random.default_rng(seed)``.
+
+Hetero (``_hetero``): the synthetic families' timing on shapes closer to real clusters; see its
+docstring.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import numpy as np
 
 from weave_rl.profiles.jobs import JobSet, JobSpec
 
-FAMILIES = ["micro", "BL", "RH", "TH", "Mixed", "seed", "Production"]
+FAMILIES = ["micro", "BL", "RH", "TH", "Mixed", "seed", "Production", "Hetero"]
 
 # size (B params) -> (rollout, train) host memory per 8-GPU node, GB.
 HOST_MEM_GB = {3: (113.4, 156.2), 7: (275.7, 240.0), 14: (445.4, 456.1), 32: (490.3, 520.4)}
@@ -102,6 +105,8 @@ def generate(family: str, count: int, seed: int) -> JobSet:
         return JobSet(jobs=[seed_job(f"seed-{i}") for i in range(count)])
     if canonical == "Production":
         return JobSet(jobs=_production(count, np.random.default_rng(seed)))
+    if canonical == "Hetero":
+        return JobSet(jobs=_hetero(count, np.random.default_rng(seed)))
     return JobSet(jobs=_synthetic(canonical, count, np.random.default_rng(seed)))
 
 
@@ -225,4 +230,60 @@ def _production(count: int, rng: np.random.Generator) -> list[JobSpec]:
         jobs.append(JobSpec(name=f"production-{i:03d}", params_b=model, slo=slo,
                             iterations=max(5, int(round(hours * 3600 / typical))), arrival_s=round(arrival, 1),
                             **phases))
+    return jobs
+
+
+# ----- Hetero: mixed job shapes, flexible training widths, rollout that may run on H800 --------------
+# (rollout GPUs, train GPUs) -> model sizes (B) drawn for that shape; ``HETERO_SHAPE_DRAW`` lists the
+# shapes equally likely, so half the jobs are 8 + 8 and a sixth each 16 + 16, 16 + 8, 32 + 16.
+HETERO_SHAPES = {(8, 8): (7, 14), (16, 16): (14, 32), (16, 8): (14, 32), (32, 16): (32, 70)}
+HETERO_SHAPE_DRAW = [(8, 8), (8, 8), (8, 8), (16, 16), (16, 8), (32, 16)]
+# Host memory per 8-GPU node, GB: ``HOST_MEM_GB`` plus Weave Table 2's 70B column (TP8 / TP8PP4).
+HETERO_HOST_MEM_GB = {**HOST_MEM_GB, 70: (391.2, 458.7)}
+HETERO_FLEX_TRAIN_SHARE = 0.25  # jobs up to HETERO_FLEX_MAX_B whose training may use 8 or 16 GPUs
+HETERO_FLEX_MAX_B = 32  # a 70B model's training state does not fit 8 H800
+HETERO_FLEX_TRAIN_GPUS = (8, 16)
+HETERO_H800_ROLLOUT_SHARE = 0.2  # jobs whose rollout may also run on H800 (gpu_types [H20, H800])
+
+
+def _hetero(count: int, rng: np.random.Generator) -> list[JobSpec]:
+    """Jobs with the shapes of a shared production cluster rather than the paper's uniform 8 + 8:
+
+    - shape: 8 + 8 GPUs (rollout H20 + train H800) for half the jobs, 16 + 16, 16 + 8 (rollout-heavy
+      serving of a larger model) and 32 + 16 for a sixth each (``HETERO_SHAPE_DRAW``);
+    - model: one of the shape's two sizes (``HETERO_SHAPES``, 7B-70B), host memory per node from
+      Weave Table 2 (``HETERO_HOST_MEM_GB``);
+    - phase times: one of Mixed's nine Table 6 (family, size) pairs, Unif(lo, hi) each, at the job's
+      own GPU counts (larger models get more GPUs, so iterations stay in the paper's ranges); other
+      counts and types follow ``PhaseSpec.duration_at`` (linear in 1/gpus, speed ratio of the types);
+    - ``HETERO_FLEX_TRAIN_SHARE`` of the jobs up to 32B may train on 8 or 16 GPUs (``gpu_options``,
+      reference point unchanged), ``HETERO_H800_ROLLOUT_SHARE`` may roll out on H800 as well;
+    - SLO, iterations and arrivals as the synthetic families (Unif(1, 2), Unif{50..300}, exponential
+      gaps of mean ``MEAN_ARRIVAL_GAP_S``).
+
+    Its own draws from ``rng``: no other family's output depends on this code."""
+    jobs = []
+    arrival = 0.0
+    for i in range(count):
+        roll_gpus, train_gpus = HETERO_SHAPE_DRAW[int(rng.integers(len(HETERO_SHAPE_DRAW)))]
+        model = HETERO_SHAPES[(roll_gpus, train_gpus)][int(rng.integers(2))]
+        pick = int(rng.integers(9))
+        (r_lo, r_hi), (t_lo, t_hi) = SYNTHETIC[list(SYNTHETIC)[pick // 3]][SIZES[pick % 3]]
+        rollout_s = round(float(rng.uniform(r_lo, r_hi)), 1)
+        train_s = round(float(rng.uniform(t_lo, t_hi)), 1)
+        flex = bool(rng.random() < HETERO_FLEX_TRAIN_SHARE) and model <= HETERO_FLEX_MAX_B
+        h800_rollout = bool(rng.random() < HETERO_H800_ROLLOUT_SHARE)
+        slo = round(float(rng.uniform(1.0, 2.0)), 2)
+        iterations = int(rng.integers(50, 301))
+        if i > 0:
+            arrival += float(rng.exponential(MEAN_ARRIVAL_GAP_S))
+        roll_mem, train_mem = HETERO_HOST_MEM_GB[model]
+        rollout = {"gpus": roll_gpus, "gpu_type": "H20", "duration_s": rollout_s, "host_mem_gb": roll_mem}
+        if h800_rollout:
+            rollout["gpu_types"] = ["H20", "H800"]
+        train = {"gpus": train_gpus, "gpu_type": "H800", "duration_s": train_s, "host_mem_gb": train_mem}
+        if flex:
+            train["gpu_options"] = list(HETERO_FLEX_TRAIN_GPUS)
+        jobs.append(JobSpec(name=f"hetero-{i:03d}", params_b=model, slo=slo, iterations=iterations,
+                            arrival_s=round(arrival, 1), rollout=rollout, train=train))
     return jobs

@@ -107,15 +107,17 @@ def jobs_show(file: Path = typer.Argument(..., metavar="FILE"),
 
 
 @jobs_app.command("generate")
-def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH | Mixed | seed | Production"),
+def jobs_generate(family: str = typer.Argument(..., help="micro | BL | RH | TH | Mixed | seed | Production | Hetero "
+                                              "(any case)"),
                   count: int = typer.Option(8, "--count", "-n", min=1, max=100_000, help="Number of jobs."),
                   seed: int = typer.Option(0, "--seed", "-s", help="Random seed."),
                   out: Path = typer.Option(..., "-o", "--out", help="Jobs YAML to write.")) -> None:
-    """Generate a reference workload (Weave micro-benchmarks, synthetic families, the seed job)."""
+    """Generate a reference workload (Weave micro-benchmarks, synthetic families, the seed job, the production
+    trace, mixed-shape Hetero jobs)."""
     from weave_rl.profiles.generators import FAMILIES, generate
     from weave_rl.profiles.jobs import save_jobs
 
-    if family not in FAMILIES:
+    if family.lower() not in {f.lower() for f in FAMILIES}:
         raise InputError("<command line>", "FAMILY", f"unknown family {family!r} (families: {', '.join(FAMILIES)})")
     check_output_file(out, "--out")
     jobs = generate(family, count, seed)
@@ -442,6 +444,9 @@ def _print_plan_summary(the_plan, topo, out: Optional[Path]) -> None:
     if lb is not None:
         head += f", lower bound ${lb:,.2f}/h (gap {100 * (s.gap or 0):.2f}%)"
     head += f"; solver {s.name} {s.status} in {s.wall_s:.2f} s"
+    if the_plan.rejected:  # a status and bound about fewer jobs: say so in the first line (exit 3 follows)
+        placed = sum(len(g.jobs) for g in the_plan.groups)
+        head += f"; [bold yellow]{placed} of {placed + len(the_plan.rejected)} jobs placed[/]"
     console.print(head)
     if s.note:
         console.print(f"note: {s.note}", highlight=False)
