@@ -31,6 +31,7 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
     if policy == "optimal":
         from weave_rl.planner.optimal import NoPlanInTime
         from weave_rl.planner.optimize import plan_optimal
+        from weave_rl.planner.reasons import with_placement_note
 
         try:
             if objective == "iteration-time":
@@ -48,7 +49,8 @@ def make_plan(topology: Topology, jobs: JobSet, *, policy: str = "optimal", obje
             from weave_rl.planner.baselines import plan_weave
 
             fallback = exc.fallback or plan_weave(model, max_group_size=max_group_size)
-            note = f"fallback to the weave policy: {exc}"
+            placed = sum(len(g.jobs) for g in fallback.groups)
+            note = with_placement_note(f"fallback to the weave policy: {exc}", placed, placed + len(fallback.rejected))
             cost = fallback.cost_usd_per_hour
             bound = min(exc.bound, cost) if exc.bound is not None else None
             gap = round((cost - bound) / cost, 6) if bound is not None and cost > 0 else None

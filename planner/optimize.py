@@ -27,7 +27,7 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   bound (nodes as bins, dual feasible functions: planner/optimal.py), when column generation
   proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
   nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py).
-With rejections the bound is on plans that place as many jobs.
+With rejections the bound is on plans that place as many jobs (the plan's note says how many).
 
 When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
 completes), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
@@ -86,6 +86,7 @@ from weave_rl.planner.pricing import PricingPool, price_exact
 from weave_rl.planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
 from weave_rl.planner.regroup import eligible, regroup
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
+from weave_rl.planner.reasons import not_placed_reason, with_placement_note
 
 Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
@@ -393,8 +394,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     if repaired is not None:
         rejected = rejected + list(repaired.rejected)
     else:
-        rejected = rejected + [Rejection(name=jobs[j].name, reason="no room: the topology's free nodes hold a "
-                                         "plan that places more jobs") for j in lost]
+        rejected = rejected + [Rejection(name=jobs[j].name, reason=not_placed_reason(model, jobs[j], groups,
+                                                                                  max_group_size)) for j in lost]
     # A restricted master's own bound holds for its columns only.
     master_bound = master.bound if master is not None and not priced_out else None
     lb, note = _bound(model, builder, result, master is not None, master_bound, lagrangian, job_ids, lost, penalty,
@@ -407,6 +408,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             "the other jobs admitted around them"
     if status == "OPTIMAL" and gap > 1e-6:
         status = "FEASIBLE"
+    note = with_placement_note(note, len(model.jobs.jobs) - len(rejected), len(model.jobs.jobs))
     info = SolverInfo(name=solver, status=status, wall_s=round(wall, 3), gap=round(gap, 6), objective=cost,
                       bound=round(lb, 6), note=note)
     result.plan = Plan(policy="optimal", objective="cost", quantile=model.quantile, topology=topo.name,

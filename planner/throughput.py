@@ -106,10 +106,11 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
     index = set(job_ids)
     placed = {j for i in chosen for j in valued[i][0].jobs}
     from weave_rl.planner.plan import Rejection
+    from weave_rl.planner.reasons import not_placed_reason, with_placement_note
 
     for j in sorted(index - placed):
-        rejected.append(Rejection(name=model.jobs.jobs[j].name,
-                                  reason="no plan places it together with as many other jobs"))
+        spec = model.jobs.jobs[j]
+        rejected.append(Rejection(name=spec.name, reason=not_placed_reason(model, spec, groups, max_group_size)))
     cost = round(sum(valued[i][0].cost for i in chosen), 6)
     per_hour = sum(valued[i][4] for i in chosen)
     ratio = per_hour / cost if cost > 0 else 0.0
@@ -118,6 +119,7 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
             f"${cost:.2f}/h), Dinkelbach over {len(valued)} groups at their shortest cycles")
     if unproven:
         note += f"; {unproven} timetables not proven shortest"
+    note = with_placement_note(note, len(model.jobs.jobs) - len(rejected), len(model.jobs.jobs))
     return Plan(policy="optimal", objective="throughput", quantile=model.quantile, topology=topo.name,
                 cost_usd_per_hour=cost, lower_bound_usd_per_hour=None,
                 solver=SolverInfo(name="cpsat", status=status, wall_s=round(time.perf_counter() - started, 3),
