@@ -283,6 +283,9 @@ class _Checker:
             if len(by_kind[kind]) != 1:
                 self.add("phases", _where(group, job), f"has {len(by_kind[kind])} {kind} phases, expected 1")
         cycle = group.cycle_s
+        # Rollout and train taking turns on the same GPUs (DESIGN 3.3's colocated member).
+        colocated = len(by_kind["rollout"]) == len(by_kind["train"]) == 1 \
+            and sorted(by_kind["rollout"][0].gpus) == sorted(by_kind["train"][0].gpus)
         for slot in job.phases:
             where = _where(group, job, slot.phase)
             if not (-self.tol <= slot.start_s < cycle - self.tol):
@@ -290,7 +293,7 @@ class _Checker:
             if slot.phase in GPU_PHASES and slot.duration_s > cycle + self.tol:
                 self.add("phases", where, f"duration_s {_fmt(slot.duration_s)} exceeds cycle_s {_fmt(cycle)}")
             if slot.phase in GPU_PHASES and spec is not None:
-                self.check_slot_phase(where, spec, slot)
+                self.check_slot_phase(where, spec, slot, colocated)
         if spec is None:
             return
         one = {k: v[0] for k, v in by_kind.items() if len(v) == 1}
@@ -299,11 +302,12 @@ class _Checker:
             self.check_chain(group, job, spec, one["rollout"], one["train"], one["sync"])
         self.check_iteration(group, job, spec)
 
-    def check_slot_phase(self, where: str, spec: JobSpec, slot: PhaseSlot) -> None:
+    def check_slot_phase(self, where: str, spec: JobSpec, slot: PhaseSlot, colocated: bool = False) -> None:
         phase = spec.phase(slot.phase)
         allowed_types, allowed_counts = tuple(phase.gpu_types), tuple(phase.gpu_options)
-        if self.plan.policy == "colocate" and slot.phase == "rollout":
-            # The veRL-style baseline runs rollout on the job's training GPUs by definition.
+        if (self.plan.policy == "colocate" or colocated) and slot.phase == "rollout":
+            # A colocated rollout (the veRL-style baseline's, or any plan's member whose rollout
+            # runs on its own training GPUs) runs on the job's training type and count.
             allowed_types += (spec.train.gpu_type,)
             allowed_counts += tuple(spec.train.gpu_options)
         known = [g for g in slot.gpus if self.gpu_known(g)]

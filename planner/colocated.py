@@ -4,7 +4,8 @@ This is the ``colocate`` policy's group (planner/baselines.py): the rollout runs
 GPUs, on a type the training allows that is the training's reference type or one the rollout
 allows too, at one of the training's GPU counts; both roles pay their warm switch every cycle
 (planner/roundrobin.py). Here every such layout of a job on an empty topology is listed with its
-cycle and cost, so that a rejection can say whether the job would fit this way.
+cycle and cost, so that the optimal planner can hold them as columns (and its bounds cover them)
+and a rejection can say whether the job would fit this way.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from ortools.sat.python import cp_model
 
+from weave_rl.planner.colocated import colocated_options
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
 from weave_rl.planner.timetable import Member, Timetable, solve_timetable
@@ -307,7 +308,8 @@ def group_plan(model: PlanningModel, name: str, members: list[Member], nodes: li
 
 def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
     """Every job keeps its cheapest rollout and train GPUs busy for r and t seconds per cycle of at
-    most slo * solo; $/h can be no lower than that busy share of their price."""
+    most slo * solo; $/h can be no lower than that busy share of their price. Colocated, the rollout
+    runs on the training GPUs instead (planner/colocated.py): its busy share counts at their price."""
     total = 0.0
     topo = model.topology
     for j in job_ids:
@@ -319,15 +321,44 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
             usd = (r.duration_s * r.gpus * topo.gpu_types[r.gpu_type].usd_per_hour
                    + t.duration_s * t.gpus * topo.gpu_types[t.gpu_type].usd_per_hour) / cap
             best = min(best, usd)
+        for c in colocated_options(model, job):
+            busy = sum(c.group.jobs[0].phase(k).duration_s for k in ("rollout", "train"))
+            best = min(best, busy * c.gpus * topo.gpu_types[c.gpu_type].usd_per_hour / cap)
         total += best if best < math.inf else 0.0
     return total
 
 
+def colocated_costs(model: PlanningModel, job_ids: list[int]) -> dict[int, float]:
+    """Each job's cheapest colocated group ($/h of its nodes), for the jobs that have one."""
+    out = {}
+    for j in job_ids:
+        options = colocated_options(model, model.jobs.jobs[j])
+        if options:
+            out[j] = options[0].cost
+    return out
+
+
 def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size: int) -> float:
-    return sum(packing_half_bounds(model, job_ids, max_group_size).values())
+    """The packing bound of both halves, each job charged the least of its two halves' charges and
+    its cheapest colocated group: a colocated job holds its nodes alone, outside the halves' bins
+    (whose per-node argument then holds for every other node)."""
+    charges = _packing_charges(model, job_ids, max_group_size)
+    if charges is None:
+        return 0.0
+    colocated = colocated_costs(model, job_ids)
+    return sum(min(charges["rollout"].get(j, 0.0) + charges["train"].get(j, 0.0), colocated.get(j, math.inf))
+               for j in job_ids)
 
 
 def packing_half_bounds(model: PlanningModel, job_ids: list[int], max_group_size: int) -> dict[str, float]:
+    """Each half's packing bound for plans without colocated jobs (see ``_packing_charges``)."""
+    charges = _packing_charges(model, job_ids, max_group_size)
+    if charges is None:
+        return {"rollout": 0.0, "train": 0.0}
+    return {kind: sum(by_job.values()) for kind, by_job in charges.items()}
+
+
+def _packing_charges(model: PlanningModel, job_ids: list[int], max_group_size: int) -> dict[str, dict[int, float]] | None:
     """A bin-packing bound per kind of phase (their sum bounds a plan's cost), tighter than the work bound when phases are long against their caps.
 
     Each node of a plan hosts the phases of one group only, every phase once per cycle and the cycle
@@ -338,33 +369,37 @@ def packing_half_bounds(model: PlanningModel, job_ids: list[int], max_group_size
     plan costs at least the sum over jobs of their cheapest charge in $/h. ``f`` ranges over
     Martello and Toth's ``U^eps`` (1 above 1 - eps, 0 below eps, x between) and Fekete and
     Schepers' ``u^(q)``. Valid only when no node can host both kinds of phase (rollout and training
-    options on disjoint clusters); otherwise 0."""
+    options on disjoint clusters); otherwise None. Returns each job's charge per kind at the
+    function and ``lam`` that bound that kind best."""
     jobs = model.jobs.jobs
     topo = model.topology
     options = {kind: {j: phase_options(model, jobs[j], kind) for j in job_ids} for kind in ("rollout", "train")}
     clusters = {kind: {o.cluster for opts in by_job.values() for o in opts} for kind, by_job in options.items()}
     if not job_ids or clusters["rollout"] & clusters["train"]:
-        return {"rollout": 0.0, "train": 0.0}
+        return None
     price = {c.name: c.gpus_per_node * topo.gpu_types[c.gpu_type].usd_per_hour for c in topo.clusters.values()}
     functions = [lambda x, e=e / 100: 1.0 if x > 1 - e else (x if x >= e else 0.0) for e in range(0, 51)]
     functions += [lambda x, q=q: x if abs((q + 1) * x - round((q + 1) * x)) < 1e-12 else math.floor((q + 1) * x) / q
                   for q in range(1, 11)]
-    total = {}
+    charges = {}
     for kind, by_job in options.items():
-        items = []
+        items = {}
         for j, opts in by_job.items():
             cap = jobs[j].slo * model.solo[jobs[j].name]
             if opts:
-                items.append([(price[o.cluster] * o.nodes, min(1.0, max(0.0, (o.duration_s - 1e-3) / cap)))
-                              for o in opts])
-        best = 0.0
+                items[j] = [(price[o.cluster] * o.nodes, min(1.0, max(0.0, (o.duration_s - 1e-3) / cap)))
+                            for o in opts]
+        best, best_charges = 0.0, {}
         for f in functions:
-            shares = [[(usd, f(x)) for usd, x in opts] for opts in items]
+            shares = {j: [(usd, f(x)) for usd, x in opts] for j, opts in items.items()}
             for lam in (0.0, 0.25, 0.5, 0.75, 1.0):
-                value = sum(min(usd * (lam / max_group_size + (1 - lam) * fx) for usd, fx in opts) for opts in shares)
-                best = max(best, value)
-        total[kind] = best
-    return total
+                per_job = {j: min(usd * (lam / max_group_size + (1 - lam) * fx) for usd, fx in opts)
+                           for j, opts in shares.items()}
+                value = sum(per_job.values())
+                if value > best:
+                    best, best_charges = value, per_job
+        charges[kind] = best_charges
+    return charges
 
 
 class NoPlanInTime(RuntimeError):

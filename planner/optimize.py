@@ -3,7 +3,9 @@
 1. Columns: the weave heuristic's groups and the groups of a previous plan (``start``) as templates
    (so the result is never worse than either), pinned groups (``replan`` keeps them), and candidate
    groups (planner/optimal.py): all of them when the enumeration fits its budget, else those that
-   column generation prices (planner/colgen.py).
+   column generation prices (planner/colgen.py); and every job alone with its rollout and train
+   taking turns on the same GPUs (the ``colocate`` policy's group, planner/colocated.py) or, where
+   both share a node, as the ``solo`` policy lays it out (so no baseline places a job it cannot).
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
    migration charge. The best known plan (the heuristic's, the previous one, or the LP rounded by
@@ -28,6 +30,10 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
   nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py).
 With rejections the bound is on plans that place as many jobs (the plan's note says how many).
+The colocated groups are in the LP from the start (no negative reduced cost at its optimum), so
+column generation's bound covers them; the work and packing bounds charge each job its colocated
+option too, and the halves' and the pairs' bounds, which know no colocation, are lowered by what
+colocating jobs could save (``_allow_colocation``).
 
 When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
 completes), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
@@ -76,12 +82,13 @@ from typing import Callable, Mapping, Sequence
 
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
                             reject_penalty, solve_integer)
+from weave_rl.planner.colocated import colocated_options
 from weave_rl.planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
 from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import improve
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible, group_plan,
-                             packing_half_bounds, packing_lower_bound, work_lower_bound)
+from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
+                             colocated_costs, group_plan, packing_half_bounds, packing_lower_bound, work_lower_bound)
 from weave_rl.planner.pricing import PricingPool, price_exact
 from weave_rl.planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
 from weave_rl.planner.regroup import eligible, regroup
@@ -199,6 +206,10 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         placed = {j for i in kept for j in columns[i].jobs}
         incumbents.append(Incumbent(kept, [j for j in job_ids if j not in placed]))
     say(f"{len(columns)} template groups")
+    # The group model's single-job layouts that candidates do not express, in the LP from the start
+    # so that column generation's bound covers them (no column of a solved LP has a negative reduced cost).
+    for j, group in _single_layouts(model, job_ids):
+        add(template_column(model, group, extra=charge.get(j, 0.0)))
 
     builder = CandidateBuilder(model, job_ids, max_group_size, budget=enumeration_budget,
                                deadline=started + 0.1 * time_limit_s)
@@ -398,6 +409,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                                                                                   max_group_size)) for j in lost]
     # A restricted master's own bound holds for its columns only.
     master_bound = master.bound if master is not None and not priced_out else None
+    if halves_bound is not None:
+        halves_bound = _allow_colocation(model, builder, halves_bound)
     lb, note = _bound(model, builder, result, master is not None, master_bound, lagrangian, job_ids, lost, penalty,
                       cost, charge, halves_bound, bound_source)
     gap = (cost - lb) / cost if cost > 0 else 0.0
@@ -474,6 +487,52 @@ def _within_nodes(columns: list[Column], chosen: list[int], topo) -> bool:
 def _conflict_free(columns: list[Column], chosen: list[int]) -> bool:
     nodes = [n for i in chosen if columns[i].pinned for n in columns[i].template.nodes]
     return len(nodes) == len(set(nodes))
+
+
+def _single_layouts(model: PlanningModel, job_ids: list[int]) -> list[tuple[int, GroupPlan]]:
+    """Each job alone as the ``colocate`` policy lays it out (rollout and train taking turns on the
+    same GPUs, at every GPU count and type that meets its SLO: planner/colocated.py), and as the
+    ``solo`` policy does where its rollout and train share a node (one-cluster topologies; elsewhere
+    a candidate is the same group). So the master places every job either baseline places alone."""
+    from weave_rl.planner.baselines import plan_solo
+    from weave_rl.profiles.jobs import JobSet
+
+    out = []
+    for j in job_ids:
+        job = model.jobs.jobs[j]
+        out += [(j, c.group) for c in colocated_options(model, job)]
+        if _may_share_a_cluster(model, job):
+            solo = plan_solo(PlanningModel(model.topology, JobSet(jobs=(job,)), model.quantile)).groups
+            if solo and _phases_share_a_node(solo[0]):
+                out.append((j, solo[0]))
+    return out
+
+
+def _may_share_a_cluster(model: PlanningModel, job) -> bool:
+    types = {kind: set(job.phase(kind).gpu_types) for kind in ("rollout", "train")}
+    return any(c.gpu_type in types["rollout"] and c.gpu_type in types["train"] for c in model.topology.clusters.values())
+
+
+def _phases_share_a_node(group: GroupPlan) -> bool:
+    job = group.jobs[0]
+    nodes = {kind: {g.rpartition(":")[0] for g in job.phase(kind).gpus} for kind in ("rollout", "train")}
+    return bool(nodes["rollout"] & nodes["train"])
+
+
+def _allow_colocation(model: PlanningModel, builder: CandidateBuilder, bound: float) -> float | None:
+    """A bound of plans without colocated jobs (the halves', the LP by pairs'), made one of every plan.
+
+    Those bounds relax away node counts, so a plan of the other jobs plus a job's cheapest candidate
+    alone (cost ``u_j``) is one of them: a plan that colocates the jobs ``S`` (at ``c_j`` each, on
+    nodes of their own) costs at least ``bound - sum_S u_j + sum_S c_j``, hence at least
+    ``bound + sum_j min(0, c_j - u_j)``. None when a job with a colocated group has no candidate alone."""
+    alone = {cand.jobs[0]: cand.cost for cand in _singletons(builder)}
+    saving = 0.0
+    for j, c in colocated_costs(model, builder.job_ids).items():
+        if j not in alone:
+            return None
+        saving += min(0.0, c - alone[j])
+    return bound + saving
 
 
 def _singletons(builder: CandidateBuilder) -> list:

@@ -34,7 +34,9 @@ def gpus(node):
 
 
 def test_single_job_is_its_solo_iteration():
-    plan, _ = plan_for([job("A", 100, 60)])
+    # SLO 1.05 rules colocation out: on its 8 H800 GPUs the rollout takes 100 x 4.0 / 3.35 = 119.4 s,
+    # so rollout + train + two warm switches exceed 1.05 x solo (~165.6 s) = ~173.9 s.
+    plan, _ = plan_for([job("A", 100, 60, slo=1.05)])
     assert plan.cost_usd_per_hour == pytest.approx(NODE_8)
     sync = ceil_ms(5.6 + 0.001 + 112 / 3600)
     assert plan.groups[0].cycle_s == pytest.approx(100 + 60 + sync)
@@ -50,10 +52,14 @@ def test_two_jobs_that_fit_each_others_bubbles_share_nodes():
 
 
 def test_tight_slos_keep_jobs_apart():
-    # B alone takes ~95.6 s; sharing stretches it to A's ~165.6 s cycle, beyond 1.2x.
+    # B alone takes ~95.6 s; sharing stretches it to A's ~165.6 s cycle, beyond 1.2x. Apart, each is
+    # cheapest colocated on one H800 node ($42.24/h): A's ~181.5 s cycle within 2 x 165.6 s, B's
+    # 50 x 4.0 / 3.35 + 40 + two warm switches = ~101.7 s within 1.2 x 95.6 s = ~114.7 s.
     plan, _ = plan_for([job("A", 100, 60), job("B", 50, 40, slo=1.2)])
     assert len(plan.groups) == 2
-    assert plan.cost_usd_per_hour == pytest.approx(2 * NODE_8)
+    assert plan.cost_usd_per_hour == pytest.approx(2 * 8 * 5.28)
+    for g in plan.groups:
+        assert g.jobs[0].phase("rollout").gpus == g.jobs[0].phase("train").gpus
 
 
 def test_rollout_heavy_jobs_share_training_but_not_rollout():
