@@ -1,7 +1,7 @@
 """Trace mode: jobs arrive at ``arrival_s``, run their ``iterations`` and leave.
 
 Arrivals go through the planner's ``admit`` and departures through ``release``; a job that cannot
-be admitted waits and is offered again after every departure. Optionally, every ``reopt_every_s``
+be admitted waits and is offered again after every departure and every re-optimization. Optionally, every ``reopt_every_s``
 seconds the planner's ``replan`` re-optimizes all live jobs, and each job it moves pays
 ``migration_cost_s`` before its next iteration. The planner is anything with the interface of
 ``weave_rl.planner.online.OnlinePlanner`` (``admit``, ``release``, ``replan``, ``plan``); ``BaselinePlanner``
@@ -100,11 +100,14 @@ def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend
         if not offer(spec.name):
             waiting.append(spec.name)
 
-    def leave(name: str, _t: float) -> None:
-        controller.apply_plan(planner.release(name), reason=f"release {name}")
+    def offer_waiting() -> None:
         for other in list(waiting):
             if offer(other):
                 waiting.remove(other)
+
+    def leave(name: str, _t: float) -> None:
+        controller.apply_plan(planner.release(name), reason=f"release {name}")
+        offer_waiting()
 
     def reopt() -> None:
         live = controller.live_jobs()
@@ -116,6 +119,7 @@ def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend
                                "usd_per_hour_before": getattr(result, "cost_before", None),
                                "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour)})
             controller.apply_plan(result.plan, delays={m: migration_cost_s for m in moved}, reason="re-optimize")
+            offer_waiting()  # a regrouped plan may have room (nodes, link budget) a waiting job lacked
         if pending_arrivals() or not done():
             backend.call_at(backend.now() + reopt_every_s, reopt)
 
@@ -231,22 +235,25 @@ class BaselinePlanner:
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
                threads: int = 2) -> Replan:
-        before = self.plan
-        self.live = {j.name: j for j in jobs.jobs}
+        before, weave = self.plan, self.weave
         ordered = sorted(jobs.jobs, key=lambda j: (j.arrival_s, j.name))
-        if self.weave is not None:
+        if weave is not None:
             self.weave = OnlineWeave(self.topology, self.quantile, self.max_group_size)
             for job in ordered:
                 try:
                     self.weave.admit(job)
                 except Unplaceable:
-                    self.live.pop(job.name)  # nowhere to go now: the trace offers it again on a departure
-            self.plan = self._weave_plan()
+                    pass
+            plan = self._weave_plan()
         else:
-            self.plan = self._make(ordered)
-        old, new = before.jobs, self.plan.jobs
+            plan = self._make(ordered)
+        if set(before.jobs) - set(plan.jobs):  # a placed job would stop for good: keep what runs
+            self.weave = weave
+            return Replan(before, [], before.cost_usd_per_hour, before.cost_usd_per_hour)
+        self.plan, self.live = plan, {j.name: j for j in jobs.jobs if j.name in plan.jobs}
+        old, new = before.jobs, plan.jobs
         moved = sorted(j for j in new if j in old and old[j][1].nodes != new[j][1].nodes)
-        return Replan(self.plan, moved, before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
+        return Replan(plan, moved, before.cost_usd_per_hour, plan.cost_usd_per_hour)
 
 
 class _NoRoom(Exception):

@@ -205,3 +205,24 @@ def test_a_one_node_topology_takes_a_job_whose_phases_fit_side_by_side():
     assert second.added_usd_per_hour == 0.0 and second.plan.cost_usd_per_hour == pytest.approx(make_plan(
         topo, jobs, policy="optimal", time_limit_s=5).cost_usd_per_hour)
     assert check_plan(second.plan, topo, jobs) == []
+
+
+def test_replan_never_stops_a_placed_job(monkeypatch):
+    # A solve that runs out of time may return a plan that places fewer jobs (its rejections);
+    # the plan in force places them all, so the replan keeps it rather than strand a running job.
+    import weave_rl.planner.online as online
+
+    jobs = jobset(job("A", 100, 60), job("B", 100, 60))
+    base = make_plan(TESTBED, jobs, time_limit_s=5)
+    real = online.plan_optimal
+
+    def stranding(model, **kw):
+        result = real(model, **kw)
+        kept = [g for g in result.plan.groups if all(j.name != "B" for j in g.jobs)]
+        result.plan = result.plan.model_copy(update={"groups": kept})
+        return result
+
+    monkeypatch.setattr(online, "plan_optimal", stranding)
+    result = replan(base, jobs, TESTBED, time_limit_s=5)
+    assert set(result.plan.jobs) == {"A", "B"} and result.moved == []
+    assert placement(result.plan) == placement(base)
