@@ -202,6 +202,7 @@ class TraceRun:
     gpu_h: dict = None  # GPU-hours held per cluster
     util: dict = None  # compute GPU-s / held GPU-s per cluster
     controller: object = None  # the run's controller (records, held timeline), for the analyses below
+    log: object = None  # the trace's log (admissions, waits, re-optimizations)
 
 
 def link_load(controller, topo: Topology) -> tuple[float, float]:
@@ -254,7 +255,7 @@ def run_one(label: str, topo: Topology, jobs: JobSet, planner, *, share: bool, s
                     f"{replans} replans" if replan else "", usd=m["usd"], horizon_s=m["horizon_s"],
                     max_wait=max(waits) if waits else 0.0, link_load=load, link_peak=peak_load,
                     gpu_h={c: v["held_gpu_s"] / 3600 for c, v in m["clusters"].items()},
-                    util={c: v["utilization"] for c, v in m["clusters"].items()}, controller=r.controller)
+                    util={c: v["utilization"] for c, v in m["clusters"].items()}, controller=r.controller, log=log)
 
 
 def planner_for(policy: str, topo: Topology, quantile, args):
@@ -403,27 +404,40 @@ def regroup_bound(run: TraceRun, jobs: JobSet, topo: Topology, quantile, args) -
 
 
 def slo_misses(run: TraceRun) -> str:
-    """The jobs that missed their SLO: slowdown against their cap, and how much of the excess their
-    syncs (waits on the shared link included) account for."""
+    """The jobs that missed their SLO, and what their time over the cap is made of, measured: syncs
+    longer than planned (waits on the shared link), migrations (``MIGRATION_S`` per move of a
+    regrouping), and the rest: waits for co-runners' phases and warm switches, which the plan fits
+    into bubbles at the planning quantile but which weigh more when phases run shorter."""
     from weave_rl.executor.outputs import job_metrics
 
     c = run.controller
     per = job_metrics(c)
-    sync = {}
+    sync: dict[str, list[float]] = {}
     for r in c.records:
         if r["phase"] == "sync":
             sync.setdefault(r["job"], []).append(r["duration_s"])
-    parts = []
+    moves: dict[str, int] = {}
+    for e in (run.log.reopts if run.log is not None else []):
+        for m in e["moved"]:
+            moves[m] = moves.get(m, 0) + 1
+    parts, excess, by_sync, by_moves = [], 0.0, 0.0, 0.0
     for name, j in per.items():
         if j["slo_met"]:
             continue
         cap = j["slo"] * j["solo_sampled_s"]
-        mean_sync = sum(sync.get(name, [0.0])) / max(1, len(sync.get(name, [])))
         entry = c.job_plans.get(name)
         planned = next((p.duration_s for p in entry[1].phases if p.phase == "sync"), math.nan) if entry else math.nan
-        parts.append(f"{name} {j['iteration_s']:.0f} s vs cap {cap:.0f} s (SLO {j['slo']:.2f}; sync {mean_sync:.1f} s "
-                     f"on the shared link against {planned:.1f} s planned)")
-    return "; ".join(parts) or "none"
+        over = (j["iteration_s"] - cap) * j["iterations"]
+        late_sync = sum(max(0.0, d - planned) for d in sync.get(name, [])) if not math.isnan(planned) else 0.0
+        excess, by_sync, by_moves = excess + over, by_sync + late_sync, by_moves + moves.get(name, 0) * MIGRATION_S
+        parts.append(f"{name} (SLO {j['slo']:.2f}) {j['iteration_s']:.0f} s vs cap {cap:.0f} s")
+    if not parts:
+        return "none"
+    tight = sum(1 for j in per.values() if not j["slo_met"] and j["slo"] <= 1.05)
+    rest = max(0.0, excess - by_sync - by_moves)
+    return (f"{len(parts)} jobs, {tight} of them with SLO <= 1.05; of their {excess:,.0f} s over their caps, "
+            f"late syncs on the shared link {by_sync:,.0f} s, migrations {by_moves:,.0f} s, the rest (waits for "
+            f"co-runners' phases, warm switches) {rest:,.0f} s: " + "; ".join(parts))
 
 
 def trace_cause(solo: TraceRun, weave: TraceRun) -> str:
