@@ -79,3 +79,9 @@ def colocated_options(model: PlanningModel, job: JobSpec) -> list[Colocated]:
         known[job.name] = sorted((c for c in colocated_layouts(model, job)
                                   if c.meets_slo(model, job) and c.fits_nodes(model)), key=lambda c: (c.cost, c.gpus))
     return known[job.name]
+
+
+def colocated_jobs(plan) -> list[str]:
+    """The jobs of a plan whose rollout runs on their own training GPUs."""
+    return [j.name for g in plan.groups for j in g.jobs
+            if sorted(j.phase("rollout").gpus) == sorted(j.phase("train").gpus)]

@@ -261,6 +261,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     # Bounds besides column generation's: the halves' (planner/halves.py) when it proved none, and
     # the LP by pairs' (with the halves', by whole nodes: planner/pairlp.py).
     halves_bound = None
+    kinds = None  # (training half's bound, rollout half's) behind halves_bound, when known
     bound_source = "the halves' (planner/halves.py)"
     if result.mode == "colgen" and lagrangian is None and job_ids:
         # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
@@ -278,6 +279,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
             halves = packing_half_bounds(model, job_ids, max_group_size)
             train_bound, rollout_bound = max(halves["train"], train_bound), max(halves["rollout"], rollout_bound)
             halves_bound = train_bound + rollout_bound
+            kinds = (train_bound, rollout_bound)
         if groups and not charge:  # windows of its groups re-cut exactly (planner/regroup.py)
             before = sum(g.cost for g in groups)
             def timetabled(cand: Candidate) -> bool:
@@ -306,6 +308,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                 hint = halved
     elif joint is not None:  # settled: its bound by whole nodes may round the LP's up
         halves_bound = joint.bound()
+        kinds = (joint.train.bound, joint.rollout.bound)
     if joint is not None:
         joint.close()
     result.columns = len(columns)
@@ -410,7 +413,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     # A restricted master's own bound holds for its columns only.
     master_bound = master.bound if master is not None and not priced_out else None
     if halves_bound is not None:
-        halves_bound = _allow_colocation(model, builder, halves_bound)
+        halves_bound = _allow_colocation(model, builder, halves_bound, kinds, joint)
+        say(f"bound by halves with colocated jobs: ${halves_bound or 0.0:,.2f}")
     lb, note = _bound(model, builder, result, master is not None, master_bound, lagrangian, job_ids, lost, penalty,
                       cost, charge, halves_bound, bound_source)
     gap = (cost - lb) / cost if cost > 0 else 0.0
@@ -519,20 +523,54 @@ def _phases_share_a_node(group: GroupPlan) -> bool:
     return bool(nodes["rollout"] & nodes["train"])
 
 
-def _allow_colocation(model: PlanningModel, builder: CandidateBuilder, bound: float) -> float | None:
+def _allow_colocation(model: PlanningModel, builder: CandidateBuilder, bound: float,
+                      kinds: tuple[float, float] | None = None, joint: JointLP | None = None) -> float | None:
     """A bound of plans without colocated jobs (the halves', the LP by pairs'), made one of every plan.
 
-    Those bounds relax away node counts, so a plan of the other jobs plus a job's cheapest candidate
-    alone (cost ``u_j``) is one of them: a plan that colocates the jobs ``S`` (at ``c_j`` each, on
-    nodes of their own) costs at least ``bound - sum_S u_j + sum_S c_j``, hence at least
-    ``bound + sum_j min(0, c_j - u_j)``. None when a job with a colocated group has no candidate alone."""
+    Plans colocating no job keep ``bound``. A plan colocating ``k >= 1`` jobs ``S`` (at ``c_j`` each,
+    on nodes of their own) is a plan of the other jobs plus those groups. Those bounds relax away
+    node counts, so a plan of the other jobs plus each job of ``S`` in its cheapest candidate alone
+    (``u_j``) is one of theirs: the plan costs at least ``bound + sum_S (c_j - u_j)``. Sharper where
+    an LP's bound comes with its duals ``pi`` (the LP by pairs', or the halves' when both are
+    optimal): restricted to the other jobs they still bound their LP, so the plan costs at least
+    ``LP bound + sum_S (c_j - pi_j)``; rounded up to whole nodes as planner/pairlp.py does, with the
+    rollout half's bound less the ``k`` largest rollout options alone and the training half's less
+    what colocation may save there (colocated nodes are training nodes). Each sum over ``S`` is at
+    least that of the ``k`` least terms. The result is the least of ``bound`` and, over ``k``, of
+    the best of these. None when a job with a colocated group has no candidate alone."""
+    colocated = colocated_costs(model, builder.job_ids)
+    if not colocated:
+        return bound
     alone = {cand.jobs[0]: cand.cost for cand in _singletons(builder)}
-    saving = 0.0
-    for j, c in colocated_costs(model, builder.job_ids).items():
-        if j not in alone:
-            return None
-        saving += min(0.0, c - alone[j])
-    return bound + saving
+    if any(j not in alone for j in colocated):
+        return None
+    k_max = len(colocated)
+    by_k = _prefix_least([c - alone[j] for j, c in colocated.items()], bound)  # per k = 1.. the crude bound
+    certified = [] if joint is None else [(joint.pair.bound, joint.pair.duals) if joint.pair else (0.0, None),
+                                          (sum(joint.center.values()), joint.center) if joint.center else (0.0, None)]
+
+    def cheapest(options, j):
+        return min(builder.price[o.cluster] * o.nodes for o in options[j])
+
+    for value, duals in certified:
+        if duals is None:
+            continue
+        lp = _prefix_least([c - duals[j] for j, c in colocated.items()], value)
+        if kinds is not None:
+            train = kinds[0] + sum(min(0.0, c - cheapest(builder.train_opts, j)) for j, c in colocated.items())
+            rollout = _prefix_least([-cheapest(builder.rollout_opts, j) for j in colocated], kinds[1])
+            lp = [by_whole_nodes(builder, lp[k], train, max(0.0, rollout[k])) for k in range(k_max)]
+        by_k = [max(a, b) for a, b in zip(by_k, lp)]
+    return min(bound, min(by_k))
+
+
+def _prefix_least(values: list[float], base: float) -> list[float]:
+    """``base`` plus the sum of the ``k`` least ``values``, for k = 1 .. len(values)."""
+    out, total = [], base
+    for v in sorted(values):
+        total += v
+        out.append(total)
+    return out
 
 
 def _singletons(builder: CandidateBuilder) -> list:

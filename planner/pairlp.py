@@ -75,6 +75,7 @@ class PairBound:
     proven: bool  # the LP was solved to optimality
     rounds: int
     columns: int
+    duals: dict[int, float] | None = None  # per job, the duals the bound is the Lagrangian bound at
 
 
 class JointLP:
@@ -446,6 +447,11 @@ class PairLP:
                 add(self.group(positions))
         centre = None if center is None else np.array([center[j] for j in self.order])
         bound = float(centre.sum()) if centre is not None else 0.0
+
+        def result() -> PairBound:  # the bound with the duals it holds at (planner/optimize.py's colocation needs them)
+            duals = None if centre is None else {j: float(centre[x]) for x, j in enumerate(self.order)}
+            return PairBound(bound, value, proven, rounds, len(self.columns), duals)
+
         value, proven, rounds, quick, before = 0.0, False, 0, True, math.inf
         while time.perf_counter() < deadline and solve_lp(solver, deadline):
             rounds += 1
@@ -484,12 +490,12 @@ class PairLP:
             # value, less what ``GAIN`` may hide).
             proven = not found
             if report:
-                report(PairBound(bound, value, proven, rounds, len(self.columns)))
+                report(result())
             if proven:
                 break
             for g in improving or found:
                 add(g)
-        return PairBound(bound, value, proven, rounds, len(self.columns))
+        return result()
 
 
 _SHARED: dict = {}  # the LP, inherited by the forked worker

@@ -11,6 +11,7 @@ import pytest
 
 from bench.bruteforce import BruteForceStats, brute_force_cost
 from weave_rl.planner.api import make_plan
+from weave_rl.planner.colocated import colocated_jobs
 from weave_rl.planner.model import PlanningModel
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
@@ -99,7 +100,7 @@ def test_hand_made_instances_agree_with_optimal(topo):
     for jobs in instances:
         cost, _, jobset = solve(topo, *jobs)
         plan = make_plan(topo, jobset, policy="optimal", threads=2, time_limit_s=60)
-        assert plan.cost_usd_per_hour == pytest.approx(cost)
+        assert_agrees(plan, cost)
 
 
 @pytest.mark.parametrize("family, seed", [("BL", 0), ("Mixed", 1)])
@@ -107,4 +108,14 @@ def test_generated_instances_agree_with_optimal(topo, family, seed):
     jobset = generate(family, 6, seed)
     cost, _ = exhaustive(brute_force_cost, topo, jobset)
     plan = make_plan(topo, jobset, policy="optimal", threads=2, time_limit_s=60)
-    assert plan.cost_usd_per_hour == pytest.approx(cost)
+    assert_agrees(plan, cost)
+
+
+def assert_agrees(plan, cost: float) -> None:
+    """The optimal plan costs what the brute force over groups with rollout and train apart finds,
+    or less where it colocates a job (rollout and train on the same GPUs, which the brute force
+    does not enumerate): a plan without colocated jobs is one of the brute force's."""
+    if colocated_jobs(plan):
+        assert plan.cost_usd_per_hour <= cost + 1e-6
+    else:
+        assert plan.cost_usd_per_hour == pytest.approx(cost)

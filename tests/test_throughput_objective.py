@@ -13,6 +13,7 @@ from bench.bruteforce import brute_force_throughput
 from weave_rl.core.errors import InputError
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan, format_violations
+from weave_rl.planner.colocated import colocated_jobs
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import load_plan
 from weave_rl.planner.throughput import iterations_per_usd, plan_max_throughput
@@ -92,8 +93,12 @@ def test_generated_instances_agree_with_brute_force(topo, family, seed):
     plan = checked(topo, jobs)
     assert not plan.rejected
     assert iterations_per_usd(plan) == pytest.approx(best, rel=1e-9)
-    # Never below the cost objective's plan on its own figure.
-    assert iterations_per_usd(plan) >= iterations_per_usd(make_plan(topo, jobs, threads=2, time_limit_s=2)) * (1 - 1e-9)
+    # Never below the cost objective's plan on its own figure, where that plan is one of this
+    # objective's groups (the cost objective's model also holds jobs colocated: rollout and train
+    # on the same GPUs, which this objective does not consider).
+    by_cost = make_plan(topo, jobs, threads=2, time_limit_s=2)
+    if not colocated_jobs(by_cost):
+        assert iterations_per_usd(plan) >= iterations_per_usd(by_cost) * (1 - 1e-9)
 
 
 def test_every_job_placed_even_when_it_lowers_the_ratio(topo):
