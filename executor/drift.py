@@ -282,12 +282,13 @@ class DriftReplanner:
         timing = {"t": asked, "ready_t": c.now, "solve_s": round(solve_s, 4)}
         still = JobSet(jobs=[j for j in live.jobs if not c.state[j.name].finished])
         unplaced = sorted(set(still.names) - set(result.plan.jobs))
-        if unplaced or not still.jobs:
+        kept = getattr(result, "kept", None)  # the planner kept the plan in force itself
+        if kept or unplaced or not still.jobs:
             # Switching would stop a running job for good (e.g. the refit tightened another job's SLO
             # on a topology with no room left): keep the plan in force, and the planner in step with it.
             self._resync(still)
-            why = (f"the new one leaves {', '.join(unplaced)} unplaced" if unplaced
-                   else "every job finished while it was solved")
+            why = kept or (f"the new one leaves {', '.join(unplaced)} unplaced" if unplaced
+                           else "every job finished while it was solved")
             self.log.append({**timing, "job": job, "phase": phase,
                              "reason": f"{reason}; kept the plan in force ({why})",
                              "usd_per_hour_before": before, "usd_per_hour_after": before, "moved": []})

@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from weave_rl.planner.columns import Column, Incumbent
+from weave_rl.planner.columns import Column, Incumbent, objective_units
 from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption
 from weave_rl.topology.topology import Topology
 
-SCALE = 10_000  # CP-SAT objective unit: 1e-4 $/h
 EPS = 1e-6
 
 
@@ -343,9 +342,8 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
         cp.add(sum(terms) <= topo.clusters[cluster].nodes)
     for group in exclusive:
         cp.add_at_most_one([x[i] for i in group if i in x])
-    cents = {i: int(round(columns[i].objective * 100)) for i in x}
-    big = int(round(penalty * 100))
-    cp.minimize(sum(cents[i] * var for i, var in x.items()) + big * sum(r.values()))
+    units = {i: objective_units(columns[i].objective) for i in x}
+    cp.minimize(sum(units[i] * var for i, var in x.items()) + objective_units(penalty) * sum(r.values()))
     if hint is not None:
         chosen = set(hint.columns)
         for i, var in x.items():

@@ -25,6 +25,13 @@ from weave_rl.planner.timetable import Member, PhaseTime, Timetable, solve_timet
 from weave_rl.topology.topology import Topology, node_of
 
 SLO_TOL = 1e-9
+# The integer masters' objective unit, 1e-4 $/h: fine enough for a migration charge (a GPU's price
+# for a minute, spread over an hour) to break a tie between keeping a job and moving it.
+OBJECTIVE_SCALE = 10_000
+
+
+def objective_units(usd_per_hour: float) -> int:
+    return int(round(usd_per_hour * OBJECTIVE_SCALE))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 from ortools.sat.python import cp_model
 
-from weave_rl.planner.columns import Column, Incumbent
+from weave_rl.planner.columns import Column, Incumbent, objective_units
 from weave_rl.topology.topology import Topology
 
 
@@ -116,9 +116,8 @@ def _solve(columns, area, fixed, inside, rejected, by_job, banned, topo, penalty
         inner = [x[i] for i in group if i in x]
         if len(inner) > 1:
             model.add_at_most_one(inner)
-    cents = int(round(penalty * 100))
-    model.minimize(sum(int(round(columns[i].objective * 100)) * var for i, var in x.items())
-                   + cents * sum(r.values()))
+    model.minimize(sum(objective_units(columns[i].objective) * var for i, var in x.items())
+                   + objective_units(penalty) * sum(r.values()))
     for i, var in x.items():
         model.add_hint(var, int(i in inside))
     for j, var in r.items():

@@ -28,6 +28,7 @@ class Replan:
     moved: list[str]
     cost_before: float
     cost_after: float
+    kept: str | None = None  # why the plan in force was kept instead of the new solve's
 
 
 
@@ -59,11 +60,12 @@ class OnlinePlanner(AdmissionPlanner):
             new_plan = result.plan
         except NoPlanInTime:
             return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
-        dropped = set(current.jobs) - set(new_plan.jobs)
+        dropped = sorted(set(current.jobs) - set(new_plan.jobs))
         if dropped:
-            # The plan in force is one of the master's choices (every group pinned as it is), so a
-            # solve that strands a placed job ran out of time: keep what runs.
-            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
+            # Switching would stop a running job for good (e.g. a refit tightened another job's SLO
+            # on a topology with no room left, or the solve ran out of time): keep what runs.
+            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour,
+                          kept=f"the new one leaves {', '.join(dropped)} unplaced")
         moved = sorted(jp.name for g in new_plan.groups for jp in g.jobs
                        if jp.name in old and _gpus_of(jp) != old[jp.name])
         self.reset(jobs, new_plan, "<replan>")

@@ -225,4 +225,5 @@ def test_replan_never_stops_a_placed_job(monkeypatch):
     monkeypatch.setattr(online, "plan_optimal", stranding)
     result = replan(base, jobs, TESTBED, time_limit_s=5)
     assert set(result.plan.jobs) == {"A", "B"} and result.moved == []
+    assert result.kept.startswith("the new one leaves") and "B" in result.kept
     assert placement(result.plan) == placement(base)
