@@ -328,8 +328,11 @@ def section_trace(args) -> tuple[list[str], TraceRun | None]:
                                 f"{r.max_wait:.0f} s) with room for every job: its admission keeps the link's sync "
                                 f"load within its budget (planner/admission.py link_budget)")
         weave = runs["weave"]
-        opt = min((r for p, r in runs.items() if p.startswith("optimal")),
-                  key=lambda r: r.usd if not math.isnan(r.usd) else math.inf)
+        # The floor asks for one optimal run both cheap enough and at the SLO: the cheapest of those
+        # at the SLO, else the cheapest.
+        optimal_runs = [r for p, r in runs.items() if p.startswith("optimal")]
+        at_slo = [r for r in optimal_runs if r.slo >= 0.99]
+        opt = min(at_slo or optimal_runs, key=lambda r: r.usd if not math.isnan(r.usd) else math.inf)
         snap = regroup_bound(weave, jobs, roomy, q, args)
         say(table(f"b. {name} q={q}: weave's held $/h at {len(snap)} instants against the optimal plan (and its "
                   f"lower bound) of the same live jobs, re-planned from scratch (free migration)",
@@ -345,13 +348,15 @@ def section_trace(args) -> tuple[list[str], TraceRun | None]:
         verdicts.append(f"INFO {line}")
         if not math.isnan(opt.usd):
             ok = weave.usd >= OPT_VS_WEAVE * opt.usd and opt.slo >= 0.99
-            text = (f"b. {name} q={q}: {opt.label} (the cheaper optimal run) {weave.usd / opt.usd:.2f}x cheaper than weave (${opt.usd:,.0f} vs "
+            text = (f"b. {name} q={q}: {opt.label} {weave.usd / opt.usd:.2f}x cheaper than weave (${opt.usd:,.0f} vs "
                     f"${weave.usd:,.0f}), SLO {100 * opt.slo:.1f}% vs {100 * weave.slo:.1f}% (floor: >= {OPT_VS_WEAVE}x "
-                    f"at >= 99%); link load {100 * opt.link_load:.0f}% vs {100 * weave.link_load:.0f}%")
+                    f"at >= 99%); link load {100 * opt.link_load:.0f}% vs {100 * weave.link_load:.0f}%; mean admission "
+                    f"wait {opt.wait / 3600:.1f} h vs {weave.wait / 3600:.1f} h")
             if not ok:
                 text += (f"; measured: weave's held $/h is {bound[0]:.3f}x the optimal plan of the same live jobs "
-                         f"re-planned from scratch ({bound[1]:.3f}x its lower bound) over {len(snap)} instants, so "
-                         f"no regrouping, even with free migration, is {OPT_VS_WEAVE}x cheaper")
+                         f"re-planned from scratch ({bound[1]:.3f}x its lower bound) over {len(snap)} instants")
+                if bound[0] < OPT_VS_WEAVE:
+                    text += f", so no regrouping, even with free migration, is {OPT_VS_WEAVE}x cheaper"
                 if opt.slo < 0.99:
                     misses = slo_misses(opt)
                     text += f"; optimal's SLO misses: {misses}"
