@@ -11,6 +11,7 @@ from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology, topology_from_data
+from testbed import small_testbed  # tests/ is on sys.path under pytest
 
 # The ``local`` preset's shape on a machine with two devices: one node, 2 GPUs (fixed here, since
 # the preset itself follows the machine it runs on).
@@ -105,12 +106,7 @@ def test_colocated_is_chosen_where_it_is_cheaper_than_phases_apart_and_the_bound
 ONE = topology_from_data({"name": "one", "clusters": [
     {"name": "a100", "gpu_type": "A100", "nodes": 2, "gpus_per_node": 4, "host_mem_gb": 512,
      "pcie_gbps": 256, "nvlink_gbps": 4800, "fabric_gbps": 200}]}, "one.yaml")
-TWO = topology_from_data({"name": "two", "clusters": [
-    {"name": "rollout", "gpu_type": "H20", "nodes": 2, "gpus_per_node": 8, "host_mem_gb": 2048,
-     "pcie_gbps": 256, "nvlink_gbps": 3600, "fabric_gbps": 400},
-    {"name": "train", "gpu_type": "H800", "nodes": 2, "gpus_per_node": 8, "host_mem_gb": 2048,
-     "pcie_gbps": 256, "nvlink_gbps": 3600, "fabric_gbps": 400}],
-    "links": [{"between": ["rollout", "train"], "gbps": 20, "latency_ms": 1}]}, "two.yaml")
+TWO = small_testbed("two", 2)
 BASELINES = ("weave", "solo", "colocate")
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -15,14 +15,9 @@ from weave_rl.planner.online import OnlinePlanner
 from weave_rl.planner.plan import Plan
 from weave_rl.profiles.generators import HOST_MEM_GB
 from weave_rl.profiles.jobs import JobSet, jobs_from_data
-from weave_rl.topology.topology import topology_from_data
+from testbed import small_testbed  # tests/ is on sys.path under pytest
 
-SMALL = topology_from_data({"name": "small", "clusters": [
-    {"name": "rollout", "gpu_type": "H20", "nodes": 4, "gpus_per_node": 8, "host_mem_gb": 2048,
-     "pcie_gbps": 256, "nvlink_gbps": 3600, "fabric_gbps": 400},
-    {"name": "train", "gpu_type": "H800", "nodes": 4, "gpus_per_node": 8, "host_mem_gb": 2048,
-     "pcie_gbps": 256, "nvlink_gbps": 3600, "fabric_gbps": 400}],
-    "links": [{"between": ["rollout", "train"], "gbps": 20, "latency_ms": 1}]}, "small.yaml")
+SMALL = small_testbed("small", 4)
 
 # More examples on demand: WEAVE_HYPOTHESIS_EXAMPLES=300 pytest tests/test_properties.py
 SETTINGS = settings(max_examples=int(os.environ.get("WEAVE_HYPOTHESIS_EXAMPLES", 40)), deadline=None,

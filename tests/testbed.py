@@ -6,10 +6,19 @@ Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (
 
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, _admissible
-from weave_rl.topology.topology import load_topology
+from weave_rl.topology.topology import load_topology, topology_from_data
 
 TESTBED = load_topology("weave-testbed")
 TRAIN_NODE, ROLLOUT_NODE = 8 * 5.28, 8 * 1.85
+
+
+def small_testbed(name: str, nodes: int):
+    """weave-testbed's two clusters (8 H20 / 8 H800 a node, 20 Gbit/s between) with ``nodes`` each."""
+    cluster = {"gpus_per_node": 8, "host_mem_gb": 2048, "pcie_gbps": 256, "nvlink_gbps": 3600, "fabric_gbps": 400}
+    return topology_from_data({"name": name, "clusters": [
+        {"name": "rollout", "gpu_type": "H20", "nodes": nodes, **cluster},
+        {"name": "train", "gpu_type": "H800", "nodes": nodes, **cluster}],
+        "links": [{"between": ["rollout", "train"], "gbps": 20, "latency_ms": 1}]}, f"{name}.yaml")
 
 
 def builder_for(jobs, k=5):
