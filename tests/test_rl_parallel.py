@@ -112,3 +112,22 @@ def test_data_parallel_equals_single_worker(prompts):
     for key in ("loss", "kl", "reward_mean"):
         assert results[0][key] == pytest.approx(m1[key], abs=1e-5), key
     assert results[0]["samples"] + results[1]["samples"] == m1["samples"] == 4 * prompts
+
+
+def test_a_non_finite_gradient_skips_the_step_and_says_so():
+    """A NaN old log-prob (a corrupt rollout) must not turn every weight into NaN for good: the step
+    is skipped, counted in ``skipped_steps``, and the next good batch trains as usual."""
+    roll = make(roles=("rollout",))
+    samples = roll.reward(roll.rollout(0, 0, 1))
+    trainer = make(roles=("train",))
+    before = {k: v.clone() for k, v in trainer.policy_weights().items()}
+    bad = samples.data["old_logprobs"].clone()
+    bad[0, 0] = float("nan")
+    poisoned = type(samples)(**{**samples.__dict__, "data": {**samples.data, "old_logprobs": bad}})
+    metrics = trainer.train(0, poisoned, lambda ts: None)
+    assert metrics["skipped_steps"] == 1.0
+    after = trainer.policy_weights()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    metrics = trainer.train(1, samples, lambda ts: None)
+    assert metrics["skipped_steps"] == 0.0
+    assert any(not torch.equal(before[k], trainer.policy_weights()[k]) for k in before)

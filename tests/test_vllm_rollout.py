@@ -151,6 +151,23 @@ def test_sleep_wake_keeps_engine_and_outputs(engine_job):
     assert engine.greedy(prompt, 8, w.tokenizer.eos_id) == torch_greedy(w, weights, prompt, 8)
 
 
+def test_wake_zeroes_the_kv_cache_whatever_memory_comes_back(engine_job):
+    """The allocator may hand the KV cache back with old bytes in it; the CPU attention reads a
+    block's unwritten slots (weight 0, and 0 x NaN is NaN), so waking must zero it as vLLM does.
+    Here the freed storages come back full of NaN bytes before the wake (what ``resize_`` may give)."""
+    w = engine_job
+    engine = w.rollout_engine
+    host = w.to_host("rollout")
+    w.load_policy_weights(w.policy_weights())  # the trainer's weights, to compare log-probs with
+    for storage, nbytes in engine._freed:
+        storage.resize_(nbytes)
+        storage.fill_(255)  # every float32 of it a NaN
+    w.to_device("rollout", host, CPU)
+    samples = w.rollout(4, 0, 1)
+    assert bool(torch.isfinite(samples.data["old_logprobs"]).all())
+    assert_logprobs_match(w, samples)
+
+
 def test_reward_rises_with_vllm_rollout():
     w = GRPOWorkload("A", VLLM, 0)
     w.to_device("rollout", w.initial_state("rollout"), CPU)

@@ -438,6 +438,7 @@ class GRPOWorkload(Workload):
                 ref_logp = response_logprobs(slot.ref, d["prompt_ids"], d["prompt_mask"], d["response_ids"],
                                              d["response_mask"], temperature=self.opts.temperature)
         metrics: dict[str, float] = {}
+        skipped = 0  # optimizer steps left out for a non-finite gradient
         for _ in range(self.opts.epochs):
             for p in params:
                 p.grad = None
@@ -463,7 +464,10 @@ class GRPOWorkload(Workload):
                     g.div_(mean_count)
                 clip_to = self.opts.max_grad_norm or float("inf")
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip_to))
-                slot.optimizer.step()
+                if math.isfinite(grad_norm):
+                    slot.optimizer.step()
+                else:  # one bad batch must not turn every weight into NaN for good (veRL skips it too)
+                    skipped += 1
             for p in params:
                 p.grad = None
             total = max(mean_count, 1e-12)
@@ -471,5 +475,5 @@ class GRPOWorkload(Workload):
                        "reward_mean": float(sums[3]) / total,
                        "clip_frac": float(sums[4]) / max(float(sums[5]), 1e-12), "grad_norm": grad_norm}
         metrics.update({"samples": float(n), "ids": float(len(samples.ids)), "tokens": float(samples.tokens),
-                        "epochs": float(self.opts.epochs)})
+                        "epochs": float(self.opts.epochs), "skipped_steps": float(skipped)})
         return metrics

