@@ -88,8 +88,12 @@ def sync_estimate(model: PlanningModel, job: JobSpec, train: PhaseOption, rollou
 
 
 def _first_gpus(topo: Topology, cluster: str, count: int, skip_nodes: int) -> list[str]:
-    nodes = topo.nodes_in(cluster=cluster)[skip_nodes:]
-    gpus = [g for n in nodes for g in n.gpu_ids]
+    """The first ``count`` GPUs of the cluster's nodes after the first ``skip_nodes`` ([] if too few)."""
+    gpus: list[str] = []
+    for node in topo.nodes_in(cluster=cluster)[skip_nodes:]:  # only as many nodes as it takes
+        if len(gpus) >= count:
+            break
+        gpus.extend(node.gpu_ids)
     return gpus[:count] if len(gpus) >= count else []
 
 

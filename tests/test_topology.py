@@ -69,6 +69,23 @@ def test_bottleneck_follows_a_custom_link():
     assert topo.bottleneck_gbps(["b-000", "b-001"], ["a-000", "a-001"]) == pytest.approx(100)
 
 
+def test_bottleneck_around_a_ring_of_clusters_adds_both_ways_round():
+    """Three clusters in a ring (a cycle, so no leaf peeling can cut it short): from a to b the flow
+    takes the direct 100 Gbit/s link and the 30 Gbit/s detour through c (min(30, 50)); nodes of c
+    that are neither sender nor receiver carry nothing, yet the detour through c's switch counts."""
+    topo = topology_from_data({
+        "name": "ring",
+        "clusters": [{"name": "a", "gpu_type": "H20", "nodes": 3}, {"name": "b", "gpu_type": "H800", "nodes": 3},
+                     {"name": "c", "gpu_type": "H800", "nodes": 3}],
+        "links": [{"between": ["a", "b"], "gbps": 100}, {"between": ["a", "c"], "gbps": 30},
+                  {"between": ["c", "b"], "gbps": 50}],
+    })
+    assert topo.bottleneck_gbps(["a-000", "a-001"], ["b-000", "b-001"]) == pytest.approx(130)
+    # One sender: its own 400 Gbit/s port is no limit; a receiver in c adds c's fabric port.
+    assert topo.bottleneck_gbps(["a-000"], ["b-000", "c-000"]) == pytest.approx(130)
+    assert topo.bottleneck_gbps(["c-000"], ["c-001"]) == pytest.approx(400)
+
+
 def test_sync_two_stage_vs_flat_hand_computed():
     topo = load_topology("weave-testbed")
     # 14 GB (7B in bf16) from 8 H800 to 8 H20 over the 20 Gbit/s link.

@@ -139,7 +139,7 @@ class Topology:
 
     def _max_flow(self, src: frozenset[str], dst: frozenset[str]) -> float:
         flow_graph = nx.DiGraph()
-        for a, b, data in self.graph.edges(data=True):
+        for a, b, data in self._carrying_edges(src | dst):
             flow_graph.add_edge(a, b, capacity=data["capacity"])
             flow_graph.add_edge(b, a, capacity=data["capacity"])
         for n in src:
@@ -148,6 +148,22 @@ class Topology:
             flow_graph.add_edge(n, "__sink__")
         value, _ = nx.maximum_flow(flow_graph, "__source__", "__sink__")
         return float(value)
+
+    def _carrying_edges(self, terminals: frozenset[str]) -> list[tuple[str, str, dict]]:
+        """The edges that can carry flow between ``terminals``: a vertex that is no terminal and has
+        one neighbour left carries none (what enters must leave by the same edge), so such vertices
+        are peeled off until none is left. Exact for any graph; on a fleet of thousands of nodes
+        under a few switches it leaves the switches and the terminals, and the max flow takes
+        milliseconds instead of a tenth of a second."""
+        adjacent = {v: set(self.graph[v]) for v in self.graph}
+        peel = [v for v, near in adjacent.items() if len(near) <= 1 and v not in terminals]
+        while peel:
+            v = peel.pop()
+            for u in adjacent.pop(v, ()):
+                adjacent[u].discard(v)
+                if len(adjacent[u]) == 1 and u not in terminals:
+                    peel.append(u)
+        return [(a, b, d) for a, b, d in self.graph.edges(data=True) if a in adjacent and b in adjacent]
 
     def latency_s(self, src_nodes: Iterable[str], dst_nodes: Iterable[str]) -> float:
         """Largest path latency between any source and any destination (seconds)."""
