@@ -38,7 +38,9 @@ colocating jobs could save (``_allow_colocation``).
 When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
 completes), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
 rollout classes, then those classes packed into training pools) starts the integer master instead:
-there it is 1-3 % cheaper than the dives' plan. Where every job has one option of one node per
+there it is 1-3 % cheaper than the dives' plan. That holds where no cluster hosts both kinds of
+phase; elsewhere (Hetero, some of whose jobs may roll out on training GPUs) the unsettled LP is
+dived on as usual. Where every job has one option of one node per
 phase (planner/regroup.py), column generation that stalls (its LP falling by under 1 % in the last
 7 % of the limit, from 25 % of it on, nothing proven) stops there, and windows of the plan by
 halves are re-cut exactly until 84 % of the limit, every new group timetabled (measured on 300 RH
@@ -173,6 +175,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     # previous plan's groups and pinned groups met other profiles: only those whose timetable still
     # meets every SLO enter.
     timetables: dict[int, object] = {}
+    verified: dict[int, tuple[list, list[str], object]] = {}  # chosen column -> its members, nodes, timetable
 
     def still_fits(column: Column) -> bool:
         members, _ = materialize(model, column, FreeNodes(topo))
@@ -251,7 +254,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                 model, builder, columns, add, job_ids, charge, penalty, result, deadline=started + 0.6 * time_limit_s,
                 threads=threads, say=say, incumbent=_objective(columns, hint, penalty) if hint else None,
                 price=result.mode == "colgen", dive_s=0.15 * time_limit_s, near_s=NEAR_TIME_SHARE * time_limit_s,
-                dive_unproven=False,
+                dive_unproven=not phases_apart(builder),  # else the plan by halves starts the master
                 stall=(started + STALL_AFTER * time_limit_s, STALL_WINDOW * time_limit_s) if fallback else None)
         else:
             say("column generation skipped: the LP by pairs did not settle")
@@ -263,9 +266,11 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     halves_bound = None
     kinds = None  # (training half's bound, rollout half's) behind halves_bound, when known
     bound_source = "the halves' (planner/halves.py)"
-    if result.mode == "colgen" and lagrangian is None and job_ids:
+    if result.mode == "colgen" and lagrangian is None and job_ids and phases_apart(builder):
         # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
         # plan built half by half (rollout classes, then training pools) is the better start.
+        # Where a cluster hosts both kinds of phase the halves know nothing of it (300 Hetero
+        # jobs: 45-70 % dearer than the rounded LP), so the unsettled LP is dived on instead.
         solved = (joint.rollout_packing, joint.rollout) if joint is not None else None
         # One thread fewer while the LP by pairs goes on in its process.
         workers = max(1, threads - 1) if joint is not None and joint.running else threads
@@ -343,8 +348,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if v > 1e-6:
             for j in columns[i].jobs:
                 support.setdefault(j, []).append(i)
-    verified: dict[int, tuple[list, list[str], object]] = {}
     master = None
+    early: Plan | None = None  # the best plan mended after a failed verification
     while job_ids:
         left = deadline - time.perf_counter()
         if left <= 0.05:
@@ -368,6 +373,14 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         if failed is None:  # out of time before every group had a timetable (repaired below)
             break
         if failed:
+            # The verified groups with the failed groups' jobs admitted around them: kept in case
+            # the master's next plans do no better in the time left.
+            verified_groups = [group_plan(model, f"g{gi}", *verified[i]) for gi, i in enumerate(
+                i for i in master.chosen if i in verified and i not in failed)]
+            mended = _repair(model, verified_groups, [j for i in failed for j in columns[i].jobs] + master.rejected,
+                             max_group_size)
+            if early is None or _worse(early, mended):
+                early = mended
             for i in failed:  # a set whose kept configurations all failed gets its next one
                 cand = columns[i].candidate
                 spare = builder.reserve.get(cand.jobs) if cand is not None else None
@@ -389,6 +402,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     groups = [group_plan(model, f"g{gi}", *verified[i]) for gi, i in enumerate(i for i in order if i in verified)]
     lost = master.rejected if master else []
     repaired = None
+    why_repaired = "time ran out verifying the master's plan: its verified groups, the other jobs admitted around them"
     if job_ids and (master is None or any(i not in verified for i in master.chosen)):
         # Out of time before every chosen group had a timetable: keep the verified groups and admit
         # the other jobs around them; use that when it is no worse than the weave plan.
@@ -403,6 +417,14 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         names = {r.name for r in repaired.rejected}
         lost = [j for j in job_ids if jobs[j].name in names]
         say(f"repaired: {len(groups)} groups, ${repaired.cost_usd_per_hour:,.2f}/h")
+    if early is not None and (len(early.rejected), early.cost_usd_per_hour) < \
+            (len(lost), sum(g.usd_per_hour or 0.0 for g in groups)):
+        repaired, why_repaired = early, "some groups of the master's plan have no timetable: the verified " \
+            "groups, their jobs admitted around them"
+        groups = early.groups
+        names = {r.name for r in early.rejected}
+        lost = [j for j in job_ids if jobs[j].name in names]
+        say(f"mended after the first failed timetables: {len(groups)} groups, ${early.cost_usd_per_hour:,.2f}/h")
     wall = time.perf_counter() - started
     cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
     if repaired is not None:
@@ -421,8 +443,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     status = master.status if master else "OPTIMAL"
     if repaired is not None:
         status = "FEASIBLE"
-        note = (note + "; " if note else "") + "time ran out verifying the master's plan: its verified groups, " \
-            "the other jobs admitted around them"
+        note = (note + "; " if note else "") + why_repaired
     if status == "OPTIMAL" and gap > 1e-6:
         status = "FEASIBLE"
     note = with_placement_note(note, len(model.jobs.jobs) - len(rejected), len(model.jobs.jobs))
@@ -921,16 +942,27 @@ def _verify(model, columns, chosen, verified, banned, deadline, threads, result,
     free = FreeNodes(model.topology, reserved)
     verified.clear()  # nodes laid out for an earlier master's plan may clash with this one's
     failed: list[int] = []
-    for i in sorted(chosen, key=lambda i: not columns[i].pinned):
-        members, nodes = materialize(model, columns[i], free)
+    order = sorted(chosen, key=lambda i: not columns[i].pinned)
+    laid_out = {i: materialize(model, columns[i], free) for i in order}
+    for i in order:  # the round robins first: constant time each
         if i not in timetables:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return None
-            tt = group_timetable(model, members, time_limit_s=min(2.0, left), threads=threads)
-            if tt.status == "UNKNOWN" and deadline - time.perf_counter() <= 0:
-                return None
-            timetables[i] = tt
+            tt = group_timetable(model, laid_out[i][0], time_limit_s=0.0, threads=threads)
+            if tt.ok:
+                timetables[i] = tt
+    # Then the exact timetables, each its share of the time left, so that groups CP-SAT cannot
+    # decide do not take the others' time (300 Hetero jobs: three took 2 s each, the groups after
+    # them went unverified, and the repaired plan was 9 % dearer).
+    hard = [i for i in order if i not in timetables]
+    for n, i in enumerate(hard):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        tt = group_timetable(model, laid_out[i][0], time_limit_s=min(2.0, left / (len(hard) - n)), threads=threads)
+        if tt.status == "UNKNOWN" and deadline - time.perf_counter() <= 0:
+            return None
+        timetables[i] = tt
+    for i in order:
+        members, nodes = laid_out[i]
         tt = timetables[i]
         if tt.ok:
             verified[i] = (members, nodes, tt)
