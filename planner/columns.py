@@ -22,7 +22,7 @@ from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import round_robin_timetable
 from weave_rl.planner.timetable import Member, PhaseTime, Timetable, solve_timetable
-from weave_rl.topology.topology import Topology, node_of
+from weave_rl.topology.topology import Topology
 
 SLO_TOL = 1e-9
 # The integer masters' objective unit, 1e-4 $/h: fine enough for a migration charge (a GPU's price
@@ -130,7 +130,3 @@ class Incumbent:
     columns: list[int] = field(default_factory=list)
     rejected: list[int] = field(default_factory=list)
     objective: float = math.inf
-
-
-def nodes_of_gpus(gpus: list[str]) -> list[str]:
-    return list(dict.fromkeys(node_of(g) for g in gpus))

@@ -89,9 +89,6 @@ class PlanningModel:
     def solo(self) -> dict[str, float]:
         return {job.name: self.solo_of(job) for job in self.jobs.jobs}
 
-    def nodes_for(self, gpus: int, node_gpus: int) -> int:
-        return math.ceil(gpus / node_gpus)
-
 
 def ceil_ms(seconds: float) -> float:
     """Round a duration up to whole milliseconds (plans are solved and written at that resolution)."""

@@ -19,15 +19,13 @@ import itertools
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
-
-from ortools.sat.python import cp_model
 
 from weave_rl.planner.colocated import colocated_options
 from weave_rl.planner.model import PlanningModel, ceil_ms
-from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, JobPlan, PhaseSlot, Plan, Rejection, SolverInfo
-from weave_rl.planner.timetable import Member, Timetable, solve_timetable
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Rejection
+from weave_rl.planner.timetable import Member, Timetable
 from weave_rl.profiles.jobs import JobSpec
 from weave_rl.topology.topology import Topology
 

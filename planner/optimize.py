@@ -66,12 +66,9 @@ a larger one keeps the cheapest dive and leaves the rest to the neighbourhood se
 A dive cut short (time, or GLOP failing twice) is completed by rounding its last LP solution, the
 jobs left over covered by groups of their own.
 
-Time: enumeration <= 10 %, the plan by halves <= 12 % (its regrouping until 84 %, the training half's
-LP <= 10 %), the LP by pairs until 15 % (then in its process until 84 %), column generation until
-60 % of the limit,
-the dive <= 15 %, the integer master up to 88 % (CBC may overrun its limit by a second while it
-stops), the timetables the rest
-(most settle at their lower bound in milliseconds); when no plan is verified in time,
+Time: one budget, shared between the steps by the one table in planner/budget.py (the timetables
+take what the integer master leaves; most settle at their lower bound in milliseconds). When no
+plan is verified in time, or the independent checker (planner/check.py) rejects the plan,
 ``NoPlanInTime`` (the API falls back to the weave policy).
 """
 
@@ -82,6 +79,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from weave_rl.planner.budget import (COLGEN_END, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR, PAIR_END,
+                                     PAIR_TRIAL_END, REGROUP_END, STALL_AFTER, STALL_WINDOW, TRAIN_HALF, TimeBudget)
+from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import colocated_options
@@ -102,15 +102,12 @@ SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
-NEAR_TIME_SHARE = 0.1  # of the time limit, the most their search takes
 # Column generation stops once its bound is this close to the LP (relative): the last round of a
 # tailing-off LP gains less than this and takes seconds the integer plan needs (100 RH jobs: from
 # 0.008 % to 0 took 2.5 of 30 s). At 0.25 % it stopped 300 Mixed jobs before their LP settled, and
 # the dive from those duals ended 1 % dearer.
 CG_GAP = 0.0005
 SMALL_MASTER = 3_000
-MASTER_SHARE = 0.88  # the integer master ends by this share of the time limit; the timetables take the rest
-LNS_SHARE = 0.75  # of a large master's time, the neighbourhood search's (planner/lns.py); CBC has the rest
 # A master of at most this many columns is solved whole by CBC, all its time: on 100 RH jobs (5,800
 # columns) 10 s of it reached 1.2 % above the LP, where the restricted master and the search stayed at 5 %.
 WHOLE_MASTER = 8_000
@@ -119,14 +116,8 @@ DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times
 # best combination (100 RH jobs s3: 7 dives of $1,920.88 at best merged into $1,878.64, in 0.06 s).
 MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
-DECOMPOSE_SHARE = 0.12  # of the time limit, the most the plan by halves takes (planner/halves.py)
-TRAIN_HALF_SHARE = 0.1  # of the time limit, the most the training half's LP takes then
-PAIR_END = 0.3  # the LP by pairs (planner/pairlp.py) ends by this share of the time limit (in one process)
-PAIR_TRIAL = 0.15  # ... when it has not settled by this share, column generation is skipped
-REGROUP_END = 0.84  # its regrouping (planner/regroup.py) ends by this share of the time limit
 REGROUP_TIMETABLE_S = 0.25  # the most a regrouped group's timetable may take (else the group is not formed)
-STALL_AFTER, STALL_WINDOW = 0.25, 0.07  # of the time limit: from when, and over how long, column generation
-STALL_DROP = 0.01  # ... that falls by less than this share, no pricing proven, stops (where a fallback applies)
+STALL_DROP = 0.01  # column generation whose LP falls by less than this share (no pricing proven) stalls
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
 
@@ -147,312 +138,416 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
                  pinned: Sequence[GroupPlan] = (), extra: Mapping[str, float] | None = None,
                  enumeration_budget: int = ENUMERATION_BUDGET) -> OptimalResult:
     """Minimum-cost plan. ``pinned`` groups may be kept on their nodes at no extra charge; ``extra``
-    charges a job (by name) whenever it lands anywhere else (``replan``'s migration cost)."""
+    charges a job (by name) whenever it lands anywhere else (``replan``'s migration cost).
+
+    The steps, in order: columns from the templates and the candidates, the LP (column generation,
+    or the LP by pairs), the plan by halves where the LP did not settle, the integer master with
+    every chosen group's timetable, then the plan with its bound, passed by the independent checker."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
-    started = time.perf_counter()
-    deadline = started + time_limit_s
-    say = progress or (lambda _msg: None)
-    topo = model.topology
-    rejected, job_ids = _admissible(model)
-    index = {name: i for i, name in enumerate(model.jobs.names)}
-    charge = {index[n]: v for n, v in (extra or {}).items() if n in index}
-    penalty = reject_penalty(topo)
-    result = OptimalResult(plan=None)  # type: ignore[arg-type]
+    s = _Solve.begin(model, TimeBudget(time_limit_s), threads, progress, max_group_size, extra or {})
+    _add_templates(s, start, pinned)
+    _enumerate(s, enumeration_budget)
+    _solve_lp(s)
+    _plan_by_halves(s)
+    _prepare_master(s, solver)
+    _solve_master(s)
+    s.result.plan = _checked(_final_plan(s), s)
+    return s.result
 
-    columns: list[Column] = []
-    seen: dict = {}  # column key -> index
-    allowed = set(job_ids)
 
-    def add(column: Column) -> bool:
-        if column.key in seen or not set(column.jobs) <= allowed:
+@dataclass
+class _Solve:
+    """One solve's state as its steps go: the columns, the best known plan, the LP, the bounds."""
+    model: PlanningModel
+    budget: TimeBudget
+    threads: int
+    say: Progress
+    max_group_size: int
+    job_ids: list[int]  # the admissible jobs
+    refused: list[Rejection]  # the others, with their reasons (planner/optimal.py _admissible)
+    index: dict[str, int]  # job name -> index
+    charge: dict[int, float]  # job -> migration charge wherever it moves
+    penalty: float  # $/h the master charges per rejected job
+    result: OptimalResult
+    allowed: frozenset[int] = frozenset()  # the admissible jobs, as a set
+    columns: list[Column] = field(default_factory=list)
+    seen: dict = field(default_factory=dict)  # column key -> index
+    heuristic: Plan | None = None  # the weave plan: the fallback when nothing is verified in time
+    hint: Incumbent | None = None  # the best known plan: the integer master's hint
+    builder: CandidateBuilder | None = None
+    large: bool = False  # column generation, or more columns than CP-SAT solves exactly
+    lagrangian: float | None = None  # column generation's bound, when a pricing was proven
+    lp_state: LpState | None = None
+    joint: JointLP | None = None  # the LP by pairs, where it applies
+    settled: bool = False  # ... and it settled
+    halves_bound: float | None = None
+    kinds: tuple[float, float] | None = None  # (training half's bound, rollout half's) behind halves_bound
+    bound_source: str = "the halves' (planner/halves.py)"
+    solver: str = "auto"
+    exclusive: list[list[int]] = field(default_factory=list)  # pinned columns holding the same node
+    banned: set[int] = field(default_factory=set)  # columns the master may not choose
+    priced_out: set[int] = field(default_factory=set)  # columns it skips at first (see _price_out)
+    whole: bool = True  # the master sees every column that may improve its hint (else restricted, then the search)
+    support: dict[int, list[int]] = field(default_factory=dict)  # job -> the LP's columns: the search's neighbourhoods
+    master: IntegerResult | None = None
+    early: Plan | None = None  # the best plan mended after a failed verification
+    timetables: dict = field(default_factory=dict)  # column -> its timetable, across master solves
+    verified: dict = field(default_factory=dict)  # chosen column -> its members, nodes, timetable
+
+    @classmethod
+    def begin(cls, model: PlanningModel, budget: TimeBudget, threads: int, progress: Progress | None,
+              max_group_size: int, extra: Mapping[str, float]) -> "_Solve":
+        refused, job_ids = _admissible(model)
+        index = {name: i for i, name in enumerate(model.jobs.names)}
+        return cls(model=model, budget=budget, threads=threads, say=progress or (lambda _msg: None),
+                   max_group_size=max_group_size, job_ids=job_ids, allowed=frozenset(job_ids), refused=refused,
+                   index=index,
+                   charge={index[n]: v for n, v in extra.items() if n in index},
+                   penalty=reject_penalty(model.topology), result=OptimalResult(plan=None))  # type: ignore[arg-type]
+
+    @property
+    def topo(self):
+        return self.model.topology
+
+    def add(self, column: Column) -> bool:
+        if column.key in self.seen or not self.allowed.issuperset(column.jobs):
             return False
-        seen[column.key] = len(columns)
-        columns.append(column)
+        self.seen[column.key] = len(self.columns)
+        self.columns.append(column)
         return True
 
-    # Templates: the heuristic's plan and the previous one are both feasible starting points. A
-    # previous plan's groups and pinned groups met other profiles: only those whose timetable still
-    # meets every SLO enter.
-    timetables: dict[int, object] = {}
-    verified: dict[int, tuple[list, list[str], object]] = {}  # chosen column -> its members, nodes, timetable
+    def incumbent(self, chosen: list[int]) -> Incumbent:
+        """The plan of the ``chosen`` columns, every other job rejected."""
+        covered = {j for i in chosen for j in self.columns[i].jobs}
+        return Incumbent(chosen, [j for j in self.job_ids if j not in covered])
 
-    def still_fits(column: Column) -> bool:
-        members, _ = materialize(model, column, FreeNodes(topo))
-        tt = group_timetable(model, members, time_limit_s=min(1.0, max(0.1, deadline - time.perf_counter())),
-                             threads=threads)
-        return tt.ok
+    def objective(self, plan: Incumbent) -> float:
+        return _objective(self.columns, plan, self.penalty)
 
-    incumbents = []
-    sources = _template_sources(model, max_group_size, start)
-    heuristic = sources[0][1]  # the weave plan: the fallback when nothing is verified in time
+    def offer(self, plan: Incumbent) -> None:
+        """``plan`` becomes the hint when it is the first or cheaper."""
+        if self.hint is None or self.objective(plan) < self.objective(self.hint):
+            self.hint = plan
+
+    def still_fits(self, column: Column) -> bool:
+        """A previous plan's or pinned group still has a timetable that meets every SLO."""
+        members, _ = materialize(self.model, column, FreeNodes(self.topo))
+        return group_timetable(self.model, members, time_limit_s=min(1.0, max(0.1, self.budget.left())),
+                               threads=self.threads).ok
+
+
+def _add_templates(s: _Solve, start: Plan | None, pinned: Sequence[GroupPlan]) -> None:
+    """The weave heuristic's plan and the previous one (``start``), both feasible starting points,
+    so the result is never worse than either; the pinned groups; every job's single-job layouts
+    that candidates do not express. A previous plan's and the pinned groups met other profiles:
+    only those whose timetable still meets every SLO enter."""
+    sources = _template_sources(s.model, s.max_group_size, start)
+    s.heuristic = sources[0][1]
     for trusted, source in sources:
         chosen = []
         for group in source.groups:
-            column = template_column(model, group, extra=sum(charge.get(index[j.name], 0.0) for j in group.jobs))
-            if column.key not in seen and (trusted or still_fits(column)):
-                add(column)
-            if column.key in seen:
-                chosen.append(seen[column.key])
-        placed = {j for i in chosen for j in columns[i].jobs}
-        incumbents.append(Incumbent(chosen, [j for j in job_ids if j not in placed]))
+            column = template_column(s.model, group, extra=sum(s.charge.get(s.index[j.name], 0.0) for j in group.jobs))
+            if column.key not in s.seen and (trusted or s.still_fits(column)):
+                s.add(column)
+            if column.key in s.seen:
+                chosen.append(s.seen[column.key])
+        s.offer(s.incumbent(chosen))
     kept: list[int] = []
     for group in pinned:
-        if all(j.name in index for j in group.jobs):
-            column = template_column(model, group, pinned=True)
-            if column.key in seen or not still_fits(column) or not add(column):
+        if all(j.name in s.index for j in group.jobs):
+            column = template_column(s.model, group, pinned=True)
+            if column.key in s.seen or not s.still_fits(column) or not s.add(column):
                 continue
-            if not set(column.jobs) & {j for i in kept for j in columns[i].jobs} \
-                    and _conflict_free(columns, kept + [seen[column.key]]):
-                kept.append(seen[column.key])  # keeping everything where it still fits: a starting point
+            if not set(column.jobs) & {j for i in kept for j in s.columns[i].jobs} \
+                    and _conflict_free(s.columns, kept + [s.seen[column.key]]):
+                kept.append(s.seen[column.key])  # keeping everything where it still fits: a starting point
     if kept:
-        placed = {j for i in kept for j in columns[i].jobs}
-        incumbents.append(Incumbent(kept, [j for j in job_ids if j not in placed]))
-    say(f"{len(columns)} template groups")
-    # The group model's single-job layouts that candidates do not express, in the LP from the start
-    # so that column generation's bound covers them (no column of a solved LP has a negative reduced cost).
-    for j, group in _single_layouts(model, job_ids):
-        add(template_column(model, group, extra=charge.get(j, 0.0)))
+        s.offer(s.incumbent(kept))
+    s.say(f"{len(s.columns)} template groups")
+    # In the LP from the start, so that column generation's bound covers them (no column of a
+    # solved LP has a negative reduced cost).
+    for group in _single_layouts(s.model, s.job_ids):
+        s.add(template_column(s.model, group, extra=s.charge.get(s.index[group.jobs[0].name], 0.0)))
 
-    builder = CandidateBuilder(model, job_ids, max_group_size, budget=enumeration_budget,
-                               deadline=started + 0.1 * time_limit_s)
-    lagrangian, lp_state = None, None
+
+def _enumerate(s: _Solve, budget: int) -> None:
+    """Every candidate group when they fit the enumeration's budget (the master is then exact),
+    else column generation prices them; every job's cheapest candidate alone either way, so that
+    rounding the LP can always place a job alone."""
+    s.builder = builder = CandidateBuilder(s.model, s.job_ids, s.max_group_size, budget=budget,
+                                           deadline=s.budget.by(ENUMERATION_END))
     try:
         if builder.hopeless():
             raise EnumerationBudget("too many pairs to enumerate")
         for cand in builder.build():
-            add(_candidate_column(cand, charge))
-        result.mode = "enumerate" if builder.complete else "colgen"
-        say(f"{len(columns)} columns (complete enumeration)" if builder.complete else "enumeration truncated")
+            s.add(_candidate_column(cand, s.charge))
+        s.result.mode = "enumerate" if builder.complete else "colgen"
+        s.say(f"{len(s.columns)} columns (complete enumeration)" if builder.complete else "enumeration truncated")
     except EnumerationBudget:
-        result.mode = "colgen"
+        s.result.mode = "colgen"
         builder.complete = False
-    hint = min(incumbents, key=lambda inc: _objective(columns, inc, penalty), default=None)
-    banned: set[int] = set()
-    large = result.mode == "colgen" or len(columns) > SMALL_MASTER
-    for cand in _singletons(builder):  # so that rounding the LP can always place a job alone
-        add(_candidate_column(cand, charge))
-    # Where the plan by halves and its regrouping apply, column generation that will not settle
-    # gives its time to them. Measured: on 300 RH jobs the LP falls 0.1-0.2 % a second and never
-    # settles in 30 s; on Mixed-300 it falls about 1 % a second until it settles at 7-11 s.
-    fallback = bool(job_ids) and not charge and phases_apart(builder) and eligible(builder)
-    # Where a rollout node holds one job or two, the same LP by pairs (planner/pairlp.py) first: its
-    # pricing is quicker. With threads to spare it goes on in a forked process while the plan is
-    # regrouped; when it has not settled by PAIR_TRIAL, column generation would not either.
-    joint, settled = None, False
-    if fallback and result.mode == "colgen" and pair_applies(builder):
-        joint = JointLP(builder, time.perf_counter() + TRAIN_HALF_SHARE * time_limit_s)
-        background = threads > 1
-        joint.start(started + (REGROUP_END if background else PAIR_END) * time_limit_s, background)
-        settled = joint.settled(started + PAIR_TRIAL * time_limit_s)
-        say(f"pair LP: bound ${joint.bound():,.2f}" + (" (optimal)" if settled else ", not settled")
-            + (" (going on)" if joint.running and not settled else ""))
-    # The LP: its bound, its rounding as a starting plan. A complete enumeration needs no pricing.
-    try:
-        if joint is None or settled:
-            lagrangian, lp_state = _column_generation(
-                model, builder, columns, add, job_ids, charge, penalty, result, deadline=started + 0.6 * time_limit_s,
-                threads=threads, say=say, incumbent=_objective(columns, hint, penalty) if hint else None,
-                price=result.mode == "colgen", dive_s=0.15 * time_limit_s, near_s=NEAR_TIME_SHARE * time_limit_s,
-                dive_unproven=not phases_apart(builder),  # else the plan by halves starts the master
-                stall=(started + STALL_AFTER * time_limit_s, STALL_WINDOW * time_limit_s) if fallback else None)
-        else:
-            say("column generation skipped: the LP by pairs did not settle")
-    except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
-        say(str(exc))
-        result.stats["lp_trouble"] = str(exc)
-    # Bounds besides column generation's: the halves' (planner/halves.py) when it proved none, and
-    # the LP by pairs' (with the halves', by whole nodes: planner/pairlp.py).
-    halves_bound = None
-    kinds = None  # (training half's bound, rollout half's) behind halves_bound, when known
-    bound_source = "the halves' (planner/halves.py)"
-    if result.mode == "colgen" and lagrangian is None and job_ids and phases_apart(builder):
-        # Column generation did not settle (300 RH jobs in 30 s): its dives were skipped, and the
-        # plan built half by half (rollout classes, then training pools) is the better start.
-        # Where a cluster hosts both kinds of phase the halves know nothing of it (300 Hetero
-        # jobs: 45-70 % dearer than the rounded LP), so the unsettled LP is dived on instead.
-        solved = (joint.rollout_packing, joint.rollout) if joint is not None else None
-        # One thread fewer while the LP by pairs goes on in its process.
-        workers = max(1, threads - 1) if joint is not None and joint.running else threads
-        groups, rollout_bound = decomposed_plan(builder, time.perf_counter() + DECOMPOSE_SHARE * time_limit_s, workers,
-                                                solved)
-        if phases_apart(builder):
-            # The training half's LP too, where it is quick (1-2 s on 300 RH jobs: each job's
-            # loop bounds its pool's cap), else its packing bound.
-            train_bound = joint.train.bound if joint is not None else \
-                half(builder, "train").solve(time.perf_counter() + TRAIN_HALF_SHARE * time_limit_s).bound
-            halves = packing_half_bounds(model, job_ids, max_group_size)
-            train_bound, rollout_bound = max(halves["train"], train_bound), max(halves["rollout"], rollout_bound)
-            halves_bound = train_bound + rollout_bound
-            kinds = (train_bound, rollout_bound)
-        if groups and not charge:  # windows of its groups re-cut exactly (planner/regroup.py)
-            before = sum(g.cost for g in groups)
-            def timetabled(cand: Candidate) -> bool:
-                members, _ = materialize(model, _candidate_column(cand, charge), FreeNodes(topo))
-                return group_timetable(model, members, time_limit_s=REGROUP_TIMETABLE_S, threads=1).ok
+    s.large = s.result.mode == "colgen" or len(s.columns) > SMALL_MASTER
+    for cand in _singletons(builder):
+        s.add(_candidate_column(cand, s.charge))
 
-            groups = regroup(builder, groups, started + REGROUP_END * time_limit_s, workers, timetabled=timetabled)
-            say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
-        if joint is not None and halves_bound is not None:
-            joint.close()  # its last bound
-            pairs = by_whole_nodes(builder, joint.pair.bound if joint.pair else 0.0, train_bound, rollout_bound)
-            if pairs > halves_bound + 1e-6:
-                halves_bound = pairs
-                bound_source = "the Lagrangian bound of the LP by pairs (planner/pairlp.py) with the halves', by whole nodes"
-        chosen = []
-        for cand in groups:
-            column = _candidate_column(cand, charge)
-            add(column)
-            chosen.append(seen[column.key])
-        if chosen and _within_nodes(columns, chosen, topo):
-            covered = {j for i in chosen for j in columns[i].jobs}
-            halved = Incumbent(chosen, [j for j in job_ids if j not in covered])
-            say(f"plan by halves: ${_objective(columns, halved, penalty):,.2f}, bound by halves "
-                f"${halves_bound or 0.0:,.2f}")
-            if hint is None or _objective(columns, halved, penalty) < _objective(columns, hint, penalty):
-                hint = halved
-    elif joint is not None:  # settled: its bound by whole nodes may round the LP's up
-        halves_bound = joint.bound()
-        kinds = (joint.train.bound, joint.rollout.bound)
+
+def _solve_lp(s: _Solve) -> None:
+    """The LP: its bound, its dives as starting plans. A complete enumeration needs no pricing.
+
+    Where the plan by halves and its regrouping apply, column generation that will not settle gives
+    its time to them (300 RH jobs: the LP falls 0.1-0.2 % a second and never settles in 30 s; 300
+    Mixed jobs: about 1 % a second until it settles at 7-11 s). Where a rollout node holds one job
+    or two, the same LP by pairs (planner/pairlp.py) comes first, its pricing being quicker; with
+    threads to spare it goes on in a forked process while the plan is regrouped. When it has not
+    settled by PAIR_TRIAL_END, column generation would not either and is skipped."""
+    builder, budget = s.builder, s.budget
+    fallback = bool(s.job_ids) and not s.charge and phases_apart(builder) and eligible(builder)
+    if fallback and s.result.mode == "colgen" and pair_applies(builder):
+        s.joint = JointLP(builder, budget.from_now(TRAIN_HALF))
+        background = s.threads > 1
+        s.joint.start(budget.by(REGROUP_END if background else PAIR_END), background)
+        s.settled = s.joint.settled(budget.by(PAIR_TRIAL_END))
+        s.say(f"pair LP: bound ${s.joint.bound():,.2f}" + (" (optimal)" if s.settled else ", not settled")
+              + (" (going on)" if s.joint.running and not s.settled else ""))
+        if not s.settled:
+            s.say("column generation skipped: the LP by pairs did not settle")
+            return
+    try:
+        s.lagrangian, s.lp_state = _column_generation(
+            s.model, builder, s.columns, s.add, s.job_ids, s.charge, s.penalty, s.result,
+            deadline=budget.by(COLGEN_END), threads=s.threads, say=s.say,
+            incumbent=s.objective(s.hint) if s.hint else None, price=s.result.mode == "colgen",
+            dive_s=budget.lasting(DIVE), near_s=budget.lasting(NEAR),
+            dive_unproven=not phases_apart(builder),  # else the plan by halves starts the master
+            stall=(budget.by(STALL_AFTER), budget.lasting(STALL_WINDOW)) if fallback else None)
+    except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
+        s.say(str(exc))
+        s.result.stats["lp_trouble"] = str(exc)
+
+
+def _plan_by_halves(s: _Solve) -> None:
+    """Where column generation proved nothing and no cluster hosts both kinds of phase (300 RH jobs
+    in 30 s), the plan built half by half (planner/halves.py: the cheapest rollout classes, then
+    those classes packed into training pools; 1-3 % cheaper there than the dives' plan), its
+    windows re-cut exactly (planner/regroup.py), starts the master; its bound is the halves' (with
+    the LP by pairs', by whole nodes). Where a cluster hosts both kinds of phase the halves know
+    nothing of it (300 Hetero jobs: 45-70 % dearer than the rounded LP): the LP was dived on."""
+    builder, joint = s.builder, s.joint
+    if not (s.result.mode == "colgen" and s.lagrangian is None and s.job_ids and phases_apart(builder)):
+        if joint is not None:  # settled: its bound by whole nodes may round the LP's up
+            s.halves_bound = joint.bound()
+            s.kinds = (joint.train.bound, joint.rollout.bound)
+            joint.close()
+        return
+    solved = (joint.rollout_packing, joint.rollout) if joint is not None else None
+    # One thread fewer while the LP by pairs goes on in its process.
+    workers = max(1, s.threads - 1) if joint is not None and joint.running else s.threads
+    groups, rollout_bound = decomposed_plan(builder, s.budget.from_now(HALVES), workers, solved)
+    # The training half's LP too, where it is quick (1-2 s on 300 RH jobs: each job's loop bounds
+    # its pool's cap), else its packing bound.
+    train_bound = joint.train.bound if joint is not None else \
+        half(builder, "train").solve(s.budget.from_now(TRAIN_HALF)).bound
+    halves = packing_half_bounds(s.model, s.job_ids, s.max_group_size)
+    s.kinds = (max(halves["train"], train_bound), max(halves["rollout"], rollout_bound))
+    s.halves_bound = s.kinds[0] + s.kinds[1]
+    if groups and not s.charge:  # windows of its groups re-cut exactly
+        before = sum(g.cost for g in groups)
+
+        def timetabled(cand: Candidate) -> bool:
+            members, _ = materialize(s.model, _candidate_column(cand, s.charge), FreeNodes(s.topo))
+            return group_timetable(s.model, members, time_limit_s=REGROUP_TIMETABLE_S, threads=1).ok
+
+        groups = regroup(builder, groups, s.budget.by(REGROUP_END), workers, timetabled=timetabled)
+        s.say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
     if joint is not None:
-        joint.close()
-    result.columns = len(columns)
-    exclusive = _shared_nodes(columns)
-    if solver == "auto":  # measured in bench/planner_scale.py: CBC's LP-based search suits large
-        # masters with a tight LP; CP-SAT solves small complete enumerations exactly.
-        solver = "pulp" if large else "cpsat"
-    priced_out: set[int] = set()  # columns the master skips at first (see _price_out)
-    whole = not large  # the master sees every column that may improve its hint (else a restricted set, then the search)
-    if lp_state is not None:
-        rounded = _round_lp(columns, lp_state, job_ids, topo)
-        if lp_state.dive is not None and _conflict_free(columns, lp_state.dive):
-            covered = {j for i in lp_state.dive for j in columns[i].jobs}
-            dived = Incumbent(lp_state.dive, [j for j in job_ids if j not in covered])
-            if _objective(columns, dived, penalty) < _objective(columns, rounded, penalty):
-                rounded = dived
-        say(f"rounded LP: ${_objective(columns, rounded, penalty):,.2f}")
-        merged = _merge_dives(columns, lp_state, job_ids, topo, penalty, exclusive, threads)
-        if merged is not None and _objective(columns, merged, penalty) < _objective(columns, rounded, penalty) - 1e-6:
-            rounded = merged
-            say(f"dives merged: ${_objective(columns, rounded, penalty):,.2f}")
-        if hint is None or _objective(columns, rounded, penalty) < _objective(columns, hint, penalty):
-            hint = rounded
-        if large:  # small complete enumerations keep every column: their master is exact
-            # An LP that has not settled guides CBC poorly: the neighbourhood search does better.
-            whole = len(columns) <= WHOLE_MASTER and lagrangian is not None
-            priced_out = _price_out(columns, lp_state, _objective(columns, hint, penalty), hint,
-                                    keep_at_most=None if whole else RESTRICTED_MASTER)
-            banned |= priced_out
-    support: dict[int, list[int]] = {}  # job -> columns the LP used: the search's neighbourhoods follow them
-    for i, v in enumerate(lp_state.x if lp_state is not None else ()):
+        joint.close()  # its last bound
+        pairs = by_whole_nodes(builder, joint.pair.bound if joint.pair else 0.0, *s.kinds)
+        if pairs > s.halves_bound + 1e-6:
+            s.halves_bound = pairs
+            s.bound_source = "the Lagrangian bound of the LP by pairs (planner/pairlp.py) with the halves', by whole nodes"
+    chosen = []
+    for cand in groups:
+        column = _candidate_column(cand, s.charge)
+        s.add(column)
+        chosen.append(s.seen[column.key])
+    if chosen and _within_nodes(s.columns, chosen, s.topo):
+        halved = s.incumbent(chosen)
+        s.say(f"plan by halves: ${s.objective(halved):,.2f}, bound by halves ${s.halves_bound:,.2f}")
+        s.offer(halved)
+
+
+def _prepare_master(s: _Solve, solver: str) -> None:
+    """The master's solver, its hint (the LP's dives, merged, or the LP rounded, when cheaper), the
+    columns it may skip, and the LP's support for the neighbourhood search."""
+    s.result.columns = len(s.columns)
+    s.exclusive = _shared_nodes(s.columns)
+    # Measured in bench/planner_scale.py: CBC's LP-based search suits large masters with a tight
+    # LP; CP-SAT solves small complete enumerations exactly.
+    s.solver = ("pulp" if s.large else "cpsat") if solver == "auto" else solver
+    s.whole = not s.large
+    state = s.lp_state
+    if state is None:
+        return
+    rounded = _round_lp(s.columns, state, s.job_ids, s.topo)
+    if state.dive is not None and _conflict_free(s.columns, state.dive):
+        dived = s.incumbent(state.dive)
+        if s.objective(dived) < s.objective(rounded):
+            rounded = dived
+    s.say(f"rounded LP: ${s.objective(rounded):,.2f}")
+    merged = _merge_dives(s.columns, state, s.job_ids, s.topo, s.penalty, s.exclusive, s.threads)
+    if merged is not None and s.objective(merged) < s.objective(rounded) - 1e-6:
+        rounded = merged
+        s.say(f"dives merged: ${s.objective(rounded):,.2f}")
+    s.offer(rounded)
+    if s.large:  # small complete enumerations keep every column: their master is exact
+        # An LP that has not settled guides CBC poorly: the neighbourhood search does better.
+        s.whole = len(s.columns) <= WHOLE_MASTER and s.lagrangian is not None
+        s.priced_out = _price_out(s.columns, state, s.objective(s.hint), s.hint,
+                                  keep_at_most=None if s.whole else RESTRICTED_MASTER)
+        s.banned |= s.priced_out
+    for i, v in enumerate(state.x):
         if v > 1e-6:
-            for j in columns[i].jobs:
-                support.setdefault(j, []).append(i)
-    master = None
-    early: Plan | None = None  # the best plan mended after a failed verification
-    while job_ids:
-        left = deadline - time.perf_counter()
+            for j in s.columns[i].jobs:
+                s.support.setdefault(j, []).append(i)
+
+
+def _solve_master(s: _Solve) -> None:
+    """The integer master, then a timetable for each group it chose. A group without one is banned
+    and the master re-solved (the plan mended at the first failure kept); a large master's plan is
+    then improved by the neighbourhood search. The LP bound is already known: the master need not
+    prove much, it must leave time for the timetables."""
+    master_end = s.budget.by(MASTER_END)
+    while s.job_ids:
+        left = s.budget.left()
         if left <= 0.05:
-            break
-        # The LP bound is already known: the master need not prove much, it must leave time for
-        # the timetables. A large master shares its time with the neighbourhood search.
-        master_end = started + MASTER_SHARE * time_limit_s
-        share = 0.0 if whole else LNS_SHARE
-        master = solve_integer(columns, job_ids, topo, banned=banned, penalty=penalty,
+            return
+        share = 0.0 if s.whole else LNS  # a large master shares its time with the neighbourhood search
+        master = solve_integer(s.columns, s.job_ids, s.topo, banned=s.banned, penalty=s.penalty,
                                time_limit_s=max(min(1.0, left / 3), (1 - share) * (master_end - time.perf_counter())),
-                               threads=threads, solver=solver, hint=hint, exclusive=exclusive)
-        result.master_solves += 1
-        if master.objective is None and hint is not None:  # no solution in time: the best known plan
-            master = IntegerResult("FEASIBLE", list(hint.columns), list(hint.rejected),
-                                   _objective(columns, hint, penalty), None)
-        if not master.chosen and len(master.rejected) < len(job_ids):
-            master = None
-            break
-        say(f"master {result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
-        failed = _verify(model, columns, master.chosen, verified, banned, deadline, threads, result, timetables)
-        if failed is None:  # out of time before every group had a timetable (repaired below)
-            break
+                               threads=s.threads, solver=s.solver, hint=s.hint, exclusive=s.exclusive)
+        s.result.master_solves += 1
+        if master.objective is None and s.hint is not None:  # no solution in time: the best known plan
+            master = IntegerResult("FEASIBLE", list(s.hint.columns), list(s.hint.rejected), s.objective(s.hint), None)
+        if not master.chosen and len(master.rejected) < len(s.job_ids):
+            s.master = None
+            return
+        s.master = master
+        s.say(f"master {s.result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
+        failed = _verify(s.model, s.columns, master.chosen, s.verified, s.banned, s.budget.deadline, s.threads,
+                         s.result, s.timetables)
+        if failed is None:  # out of time before every group had a timetable (repaired later)
+            return
         if failed:
-            # The verified groups with the failed groups' jobs admitted around them: kept in case
-            # the master's next plans do no better in the time left.
-            verified_groups = [group_plan(model, f"g{gi}", *verified[i]) for gi, i in enumerate(
-                i for i in master.chosen if i in verified and i not in failed)]
-            mended = _repair(model, verified_groups, [j for i in failed for j in columns[i].jobs] + master.rejected,
-                             max_group_size)
-            if early is None or _worse(early, mended):
-                early = mended
-            for i in failed:  # a set whose kept configurations all failed gets its next one
-                cand = columns[i].candidate
-                spare = builder.reserve.get(cand.jobs) if cand is not None else None
-                if spare:
-                    add(_candidate_column(spare.pop(0), charge))
-            # The plan less the failed groups, their jobs rejected: still feasible, a safe next hint.
-            kept_columns = [i for i in master.chosen if i not in banned]
-            covered = {j for i in kept_columns for j in columns[i].jobs}
-            hint = Incumbent(kept_columns, [j for j in job_ids if j not in covered])
+            _mend(s, master, failed)
             continue
-        at_bound = lagrangian is not None and master.objective <= lagrangian * (1 + 1e-6) + 1e-6
-        if not whole and not at_bound and master_end - time.perf_counter() > 0.5:
-            master = _search_neighbourhoods(model, columns, job_ids, master, banned - priced_out, penalty, master_end,
-                                            exclusive, support, threads, timetables, verified, result, say)
-        break
-    jobs = model.jobs.jobs
+        at_bound = s.lagrangian is not None and master.objective <= s.lagrangian * (1 + 1e-6) + 1e-6
+        if not s.whole and not at_bound and master_end - time.perf_counter() > 0.5:
+            s.master = _search_neighbourhoods(s.model, s.columns, s.job_ids, master, s.banned - s.priced_out,
+                                              s.penalty, master_end, s.exclusive, s.support, s.threads, s.timetables,
+                                              s.verified, s.result, s.say)
+        return
+
+
+def _mend(s: _Solve, master: IntegerResult, failed: list[int]) -> None:
+    """After groups of the master's plan failed their timetables: the verified groups with the
+    failed groups' jobs admitted around them are kept in case the master's next plans do no better
+    in the time left; a set of jobs whose kept configurations all failed gets its next one; the
+    plan less the failed groups (their jobs rejected), still feasible, is the next hint."""
+    verified_groups = [group_plan(s.model, f"g{gi}", *s.verified[i]) for gi, i in enumerate(
+        i for i in master.chosen if i in s.verified and i not in failed)]
+    mended = _repair(s.model, verified_groups, [j for i in failed for j in s.columns[i].jobs] + master.rejected,
+                     s.max_group_size)
+    if s.early is None or _worse(s.early, mended):
+        s.early = mended
+    for i in failed:
+        cand = s.columns[i].candidate
+        spare = s.builder.reserve.get(cand.jobs) if cand is not None else None
+        if spare:
+            s.add(_candidate_column(spare.pop(0), s.charge))
+    s.hint = s.incumbent([i for i in master.chosen if i not in s.banned])
+
+
+def _placed_groups(s: _Solve) -> tuple[list[GroupPlan], list[int], Plan | None, str]:
+    """The groups of the plan returned, the jobs it rejects, and the plan they were repaired into
+    (with why) when that is not the master's: when time ran out before every chosen group had a
+    timetable, the verified groups with the other jobs admitted around them (NoPlanInTime when the
+    weave plan is better), or the plan mended at the first failed verification, when cheaper."""
+    master = s.master
     chosen = master.chosen if master else []
-    order = sorted(chosen, key=lambda i: (not columns[i].pinned, columns[i].jobs))
-    groups = [group_plan(model, f"g{gi}", *verified[i]) for gi, i in enumerate(i for i in order if i in verified)]
+    order = sorted(chosen, key=lambda i: (not s.columns[i].pinned, s.columns[i].jobs))
+    groups = [group_plan(s.model, f"g{gi}", *s.verified[i]) for gi, i in enumerate(i for i in order if i in s.verified)]
     lost = master.rejected if master else []
-    repaired = None
-    why_repaired = "time ran out verifying the master's plan: its verified groups, the other jobs admitted around them"
-    if job_ids and (master is None or any(i not in verified for i in master.chosen)):
-        # Out of time before every chosen group had a timetable: keep the verified groups and admit
-        # the other jobs around them; use that when it is no worse than the weave plan.
-        repaired = _repair(model, groups, [j for i in chosen if i not in verified for j in columns[i].jobs] + lost,
-                           max_group_size) if master is not None else None
-        if repaired is None or _worse(repaired, heuristic):
+    repaired, why = None, "time ran out verifying the master's plan: its verified groups, the other jobs admitted around them"
+    if s.job_ids and (master is None or any(i not in s.verified for i in master.chosen)):
+        if master is not None:
+            repaired = _repair(s.model, groups, [j for i in chosen if i not in s.verified for j in s.columns[i].jobs]
+                               + lost, s.max_group_size)
+        if repaired is None or _worse(repaired, s.heuristic):
             bound = None
-            if lagrangian is not None and not (heuristic.rejected or charge):  # same jobs placed: comparable
-                bound = max(lagrangian, _simple_bound(model, job_ids, max_group_size))
-            raise NoPlanInTime(f"no verified plan within {time_limit_s:g} s", heuristic, bound)
-        groups = repaired.groups
-        names = {r.name for r in repaired.rejected}
-        lost = [j for j in job_ids if jobs[j].name in names]
-        say(f"repaired: {len(groups)} groups, ${repaired.cost_usd_per_hour:,.2f}/h")
-    if early is not None and (len(early.rejected), early.cost_usd_per_hour) < \
+            if s.lagrangian is not None and not (s.heuristic.rejected or s.charge):  # same jobs placed: comparable
+                bound = max(s.lagrangian, _simple_bound(s.model, s.job_ids, s.max_group_size))
+            raise NoPlanInTime(f"no verified plan within {s.budget.limit_s:g} s", s.heuristic, bound)
+        groups, lost = repaired.groups, _rejected_ids(s, repaired)
+        s.say(f"repaired: {len(groups)} groups, ${repaired.cost_usd_per_hour:,.2f}/h")
+    if s.early is not None and (len(s.early.rejected), s.early.cost_usd_per_hour) < \
             (len(lost), sum(g.usd_per_hour or 0.0 for g in groups)):
-        repaired, why_repaired = early, "some groups of the master's plan have no timetable: the verified " \
+        repaired, why = s.early, "some groups of the master's plan have no timetable: the verified " \
             "groups, their jobs admitted around them"
-        groups = early.groups
-        names = {r.name for r in early.rejected}
-        lost = [j for j in job_ids if jobs[j].name in names]
-        say(f"mended after the first failed timetables: {len(groups)} groups, ${early.cost_usd_per_hour:,.2f}/h")
-    wall = time.perf_counter() - started
+        groups, lost = repaired.groups, _rejected_ids(s, repaired)
+        s.say(f"mended after the first failed timetables: {len(groups)} groups, ${repaired.cost_usd_per_hour:,.2f}/h")
+    return groups, lost, repaired, why
+
+
+def _rejected_ids(s: _Solve, plan: Plan) -> list[int]:
+    names = {r.name for r in plan.rejected}
+    return [j for j in s.job_ids if s.model.jobs.jobs[j].name in names]
+
+
+def _final_plan(s: _Solve) -> Plan:
+    """The plan with its cost, its lower bound (always valid for the model: see the module's
+    docstring), the gap, and a note on what the bound is and which jobs were not placed."""
+    groups, lost, repaired, why_repaired = _placed_groups(s)
+    jobs = s.model.jobs.jobs
     cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
     if repaired is not None:
-        rejected = rejected + list(repaired.rejected)
+        rejected = s.refused + list(repaired.rejected)
     else:
-        rejected = rejected + [Rejection(name=jobs[j].name, reason=not_placed_reason(model, jobs[j], groups,
-                                                                                  max_group_size)) for j in lost]
+        rejected = s.refused + [Rejection(name=jobs[j].name, reason=not_placed_reason(s.model, jobs[j], groups,
+                                                                                      s.max_group_size)) for j in lost]
     # A restricted master's own bound holds for its columns only.
-    master_bound = master.bound if master is not None and not priced_out else None
-    if halves_bound is not None:
-        halves_bound = _allow_colocation(model, builder, halves_bound, kinds, joint)
-        say(f"bound by halves with colocated jobs: ${halves_bound or 0.0:,.2f}")
-    lb, note = _bound(model, builder, result, master is not None, master_bound, lagrangian, job_ids, lost, penalty,
-                      cost, charge, halves_bound, bound_source)
+    master_bound = s.master.bound if s.master is not None and not s.priced_out else None
+    if s.halves_bound is not None:
+        s.halves_bound = _allow_colocation(s.model, s.builder, s.halves_bound, s.kinds, s.joint)
+        s.say(f"bound by halves with colocated jobs: ${s.halves_bound or 0.0:,.2f}")
+    lb, note = _bound(s.model, s.builder, s.result, s.master is not None, master_bound, s.lagrangian, s.job_ids, lost,
+                      s.penalty, cost, s.charge, s.halves_bound, s.bound_source)
     gap = (cost - lb) / cost if cost > 0 else 0.0
-    status = master.status if master else "OPTIMAL"
+    status = s.master.status if s.master else "OPTIMAL"
     if repaired is not None:
         status = "FEASIBLE"
         note = (note + "; " if note else "") + why_repaired
     if status == "OPTIMAL" and gap > 1e-6:
         status = "FEASIBLE"
-    note = with_placement_note(note, len(model.jobs.jobs) - len(rejected), len(model.jobs.jobs))
-    info = SolverInfo(name=solver, status=status, wall_s=round(wall, 3), gap=round(gap, 6), objective=cost,
-                      bound=round(lb, 6), note=note)
-    result.plan = Plan(policy="optimal", objective="cost", quantile=model.quantile, topology=topo.name,
-                       cost_usd_per_hour=cost, lower_bound_usd_per_hour=round(lb, 6), solver=info, groups=groups,
-                       rejected=rejected, elastic=dict(DEFAULT_ELASTIC))
-    return result
+    note = with_placement_note(note, len(jobs) - len(rejected), len(jobs))
+    info = SolverInfo(name=s.solver, status=status, wall_s=round(s.budget.elapsed(), 3), gap=round(gap, 6),
+                      objective=cost, bound=round(lb, 6), note=note)
+    return Plan(policy="optimal", objective="cost", quantile=s.model.quantile, topology=s.topo.name,
+                cost_usd_per_hour=cost, lower_bound_usd_per_hour=round(lb, 6), solver=info, groups=groups,
+                rejected=rejected, elastic=dict(DEFAULT_ELASTIC))
+
+
+def _checked(plan: Plan, s: _Solve) -> Plan:
+    """``plan`` once the independent checker (planner/check.py) passes it. A violation is a planner
+    bug; the user then gets the weave plan (status FALLBACK) with the broken rules named, never an
+    invalid plan."""
+    violations = check_plan(plan, s.topo, s.model.jobs)
+    if not violations:
+        return plan
+    s.say("the plan checker rejects the optimal plan:\n" + format_violations(violations))
+    rules = ", ".join(sorted({v.rule for v in violations}))
+    raise NoPlanInTime(f"the optimal plan broke the plan checker's rules ({rules}): a planner bug, please report it",
+                       s.heuristic, None)
 
 
 def _repair(model: PlanningModel, groups: list[GroupPlan], jobs: list[int], max_group_size: int) -> Plan:
@@ -514,7 +609,7 @@ def _conflict_free(columns: list[Column], chosen: list[int]) -> bool:
     return len(nodes) == len(set(nodes))
 
 
-def _single_layouts(model: PlanningModel, job_ids: list[int]) -> list[tuple[int, GroupPlan]]:
+def _single_layouts(model: PlanningModel, job_ids: list[int]) -> list[GroupPlan]:
     """Each job alone as the ``colocate`` policy lays it out (rollout and train taking turns on the
     same GPUs, at every GPU count and type that meets its SLO: planner/colocated.py), and as the
     ``solo`` policy does where its rollout and train share a node (one-cluster topologies; elsewhere
@@ -525,11 +620,11 @@ def _single_layouts(model: PlanningModel, job_ids: list[int]) -> list[tuple[int,
     out = []
     for j in job_ids:
         job = model.jobs.jobs[j]
-        out += [(j, c.group) for c in colocated_options(model, job)]
+        out += [c.group for c in colocated_options(model, job)]
         if _may_share_a_cluster(model, job):
             solo = plan_solo(PlanningModel(model.topology, JobSet(jobs=(job,)), model.quantile)).groups
             if solo and _phases_share_a_node(solo[0]):
-                out.append((j, solo[0]))
+                out.append(solo[0])
     return out
 
 

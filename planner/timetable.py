@@ -23,7 +23,6 @@ from ortools.sat.python import cp_model
 
 from weave_rl.planner.model import PlanningModel
 from weave_rl.profiles.jobs import JobSpec
-from weave_rl.topology.topology import node_of
 
 MS = 1000  # CP-SAT time unit: milliseconds
 

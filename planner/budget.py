@@ -1,0 +1,58 @@
+"""The optimal planner's time: one limit, and the one table of how it is shared between the steps.
+
+Each step either ends by a share of the limit (counted from the start of the solve) or lasts at
+most a share of it (counted from when it starts). The shares were measured on the scale
+benchmark's families (bench/planner_scale.py); the comments say why each is what it is.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# Ends by this share of the limit.
+ENUMERATION_END = 0.10  # candidate enumeration: beyond it column generation prices instead
+PAIR_TRIAL_END = 0.15  # the LP by pairs not settled by then: column generation would not settle either
+PAIR_END = 0.30  # the LP by pairs, in one process (with threads to spare it goes on until REGROUP_END)
+COLGEN_END = 0.60  # column generation (the dives and the columns near the LP optimum are after it)
+STALL_AFTER = 0.25  # from then on, column generation whose LP stalls stops (where a fallback applies)
+REGROUP_END = 0.84  # the regrouping of the plan by halves (planner/regroup.py)
+MASTER_END = 0.88  # the integer master (CBC may overrun by a second); the timetables take the rest
+SEARCH_END = 0.98  # every search; the rest is the plan's bound and the checker's (0.2-0.3 s for 300 jobs)
+
+# Lasts at most this share of the limit.
+DIVE = 0.15  # diving on the LP for integer plans
+NEAR = 0.10  # collecting columns of small reduced cost once the LP is optimal
+HALVES = 0.12  # the plan by halves (planner/halves.py)
+TRAIN_HALF = 0.10  # the training half's LP
+STALL_WINDOW = 0.07  # column generation stalls when its LP fell by under 1 % over this long
+LNS = 0.75  # of a large master's time, the neighbourhood search's (planner/lns.py); CBC has the rest
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    limit_s: float
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def deadline(self) -> float:
+        """When every search stops."""
+        return self.by(SEARCH_END)
+
+    def by(self, share: float) -> float:
+        """The time.perf_counter() value at ``share`` of the limit."""
+        return self.started + share * self.limit_s
+
+    def lasting(self, share: float) -> float:
+        """Seconds: ``share`` of the limit."""
+        return share * self.limit_s
+
+    def from_now(self, share: float) -> float:
+        """The time.perf_counter() value ``share`` of the limit from now."""
+        return time.perf_counter() + share * self.limit_s
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
