@@ -85,3 +85,95 @@ def colocated_jobs(plan) -> list[str]:
     """The jobs of a plan whose rollout runs on their own training GPUs."""
     return [j.name for g in plan.groups for j in g.jobs
             if sorted(j.phase("rollout").gpus) == sorted(j.phase("train").gpus)]
+
+
+# ----- several jobs time-sharing one pool ----------------------------------------------------------
+POOL_BUDGET = 2_000  # sets of jobs sharing a pool, at most; past it the bounds fall back (see SharedPools)
+
+
+@dataclass(frozen=True)
+class SharedPools:
+    """Groups of two or more jobs time-sharing one pool (RLix): each member's rollout and train on
+    the same GPUs, every phase of every member taking its turn there.
+
+    ``groups``: every set of jobs that may share a layout (a cluster's first ``g`` GPUs, a count
+    and type at which each member meets its SLO colocated alone), laid out round robin in member
+    order; the group's timetable is checked later, like any candidate's. A set is listed when the
+    members' phases fit one after another within every member's cap (the least cycle any
+    timetable can have: the GPUs are the same) and their state fits a node's host memory.
+    ``share``: per job, the least $/h a plan can charge it for a pool, ``cost / members`` over the
+    sets it is in; when the sets were more than the budget (``complete`` False), its cheapest
+    colocated group over ``max_group_size``: a pool costs at least that, and has no more members."""
+
+    groups: list[tuple[tuple[str, ...], GroupPlan]]
+    share: dict[str, float]
+    complete: bool
+
+
+def shared_pools(model: PlanningModel, jobs: list[JobSpec], max_group_size: int) -> SharedPools:
+    key = (max_group_size, tuple(j.name for j in jobs))
+    known = _POOLS.setdefault(model, {})
+    if key not in known:
+        known[key] = _shared_pools(model, jobs, max_group_size)
+    return known[key]
+
+
+_POOLS: "weakref.WeakKeyDictionary[PlanningModel, dict]" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class _Entry:
+    job: JobSpec
+    busy_s: float  # rollout + train at the layout
+    cap_s: float
+    mem_gb: float
+    layout: Colocated
+
+
+def _shared_pools(model: PlanningModel, jobs: list[JobSpec], max_group_size: int) -> SharedPools:
+    by_layout: dict[tuple[str, int], list[_Entry]] = {}
+    for job in jobs:
+        for c in colocated_options(model, job):
+            phases = c.group.jobs[0]
+            busy = phases.phase("rollout").duration_s + phases.phase("train").duration_s
+            by_layout.setdefault((c.cluster, c.gpus), []).append(
+                _Entry(job, busy, job.slo * model.solo_of(job) * (1 + SLO_TOL), c.mem_gb, c))
+    sets: list[tuple[tuple[str, int], list[_Entry]]] = []
+    complete = True
+
+    def grow(layout, entries: list[_Entry], start: int, members: list[_Entry], busy: float, cap: float, mem: float):
+        nonlocal complete
+        mem_cap = model.topology.clusters[layout[0]].host_mem_gb
+        for i in range(start, len(entries)):
+            e = entries[i]
+            if busy + e.busy_s > cap:
+                break  # sorted by busy time: every later job breaks the cap too
+            if busy + e.busy_s > e.cap_s or mem + e.mem_gb > mem_cap:
+                continue
+            if len(sets) >= POOL_BUDGET:
+                complete = False
+                return
+            sets.append((layout, members + [e]))
+            if len(members) + 1 < max_group_size:
+                grow(layout, entries, i + 1, members + [e], busy + e.busy_s, min(cap, e.cap_s), mem + e.mem_gb)
+
+    for layout, entries in sorted(by_layout.items()):
+        entries.sort(key=lambda e: (e.busy_s, e.job.name))
+        for i, e in enumerate(entries):
+            if complete:
+                grow(layout, entries, i + 1, [e], e.busy_s, e.cap_s, e.mem_gb)
+    groups, share = [], {}
+    for (cluster, _), members in sets:
+        gpus = members[0].layout.group.jobs[0].phase("train").gpus
+        laid = [Member(e.job, tuple(gpus), tuple(gpus)) for e in members]
+        rr = round_robin_timetable(model, laid)
+        nodes = list(members[0].layout.group.nodes)
+        names = tuple(e.job.name for e in members)
+        groups.append((names, group_plan(model.topology, "pool-" + "-".join(names), laid, rr.phases, rr.cycle_s,
+                                         nodes, model.solo_of)))
+        for name in names:
+            share[name] = min(share.get(name, math.inf), members[0].layout.cost / len(members))
+    if not complete:
+        share = {job.name: colocated_options(model, job)[0].cost / max_group_size
+                 for job in jobs if colocated_options(model, job)}
+    return SharedPools(groups, share, complete)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from weave_rl.planner.colocated import colocated_options
+from weave_rl.planner.colocated import colocated_options, shared_pools
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Rejection
 from weave_rl.planner.timetable import Member, Timetable
@@ -330,24 +330,29 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
     return total
 
 
-def colocated_costs(model: PlanningModel, job_ids: list[int]) -> dict[int, float]:
-    """Each job's cheapest colocated group ($/h of its nodes), for the jobs that have one."""
+def colocated_costs(model: PlanningModel, job_ids: list[int], max_group_size: int) -> dict[int, float]:
+    """For the jobs that have a colocated group: the least $/h a plan can charge them on nodes of
+    their own, their cheapest colocated group's or their least share of a pool they may time-share
+    with other jobs (planner/colocated.py): a plan's colocated groups and pools cost at least the
+    sum of their members' charges."""
+    jobs = model.jobs.jobs
+    shares = shared_pools(model, [jobs[j] for j in job_ids], max_group_size).share
     out = {}
     for j in job_ids:
-        options = colocated_options(model, model.jobs.jobs[j])
+        options = colocated_options(model, jobs[j])
         if options:
-            out[j] = options[0].cost
+            out[j] = min(options[0].cost, shares.get(jobs[j].name, math.inf))
     return out
 
 
 def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size: int) -> float:
     """The packing bound of both halves, each job charged the least of its two halves' charges and
-    its cheapest colocated group: a colocated job holds its nodes alone, outside the halves' bins
-    (whose per-node argument then holds for every other node)."""
+    its colocated charge (``colocated_costs``): colocated jobs and pools hold nodes of their own,
+    outside the halves' bins (whose per-node argument then holds for every other node)."""
     charges = _packing_charges(model, job_ids, max_group_size)
     if charges is None:
         return 0.0
-    colocated = colocated_costs(model, job_ids)
+    colocated = colocated_costs(model, job_ids, max_group_size)
     return sum(min(charges["rollout"].get(j, 0.0) + charges["train"].get(j, 0.0), colocated.get(j, math.inf))
                for j in job_ids)
 

@@ -84,7 +84,7 @@ from weave_rl.planner.budget import (COLGEN_END, DIVE, ENUMERATION_END, HALVES, 
 from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
                             reject_penalty, solve_integer)
-from weave_rl.planner.colocated import colocated_options
+from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
 from weave_rl.planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
 from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import improve
@@ -181,6 +181,7 @@ class _Solve:
     lp_state: LpState | None = None
     joint: JointLP | None = None  # the LP by pairs, where it applies
     settled: bool = False  # ... and it settled
+    pools: SharedPools | None = None  # the sets of jobs that may time-share a pool: columns from the start
     halves_bound: float | None = None
     kinds: tuple[float, float] | None = None  # (training half's bound, rollout half's) behind halves_bound
     bound_source: str = "the halves' (planner/halves.py)"
@@ -230,6 +231,14 @@ class _Solve:
         if self.hint is None or self.objective(plan) < self.objective(self.hint):
             self.hint = plan
 
+    def lp_bound(self) -> float | None:
+        """Column generation's bound, valid when every set of jobs that may share a pool is a column."""
+        return self.lagrangian if self.pools_complete else None
+
+    @property
+    def pools_complete(self) -> bool:
+        return self.pools is None or self.pools.complete
+
     def still_fits(self, column: Column) -> bool:
         """A previous plan's or pinned group still has a timetable that meets every SLO."""
         members, _ = materialize(self.model, column, FreeNodes(self.topo))
@@ -267,8 +276,9 @@ def _add_templates(s: _Solve, start: Plan | None, pinned: Sequence[GroupPlan]) -
     s.say(f"{len(s.columns)} template groups")
     # In the LP from the start, so that column generation's bound covers them (no column of a
     # solved LP has a negative reduced cost).
-    for group in _single_layouts(s.model, s.job_ids):
-        s.add(template_column(s.model, group, extra=s.charge.get(s.index[group.jobs[0].name], 0.0)))
+    s.pools = shared_pools(s.model, [s.model.jobs.jobs[j] for j in s.job_ids], s.max_group_size)
+    for group in _single_layouts(s.model, s.job_ids) + [group for _, group in s.pools.groups]:
+        s.add(template_column(s.model, group, extra=sum(s.charge.get(s.index[j.name], 0.0) for j in group.jobs)))
 
 
 def _enumerate(s: _Solve, budget: int) -> None:
@@ -485,8 +495,8 @@ def _placed_groups(s: _Solve) -> tuple[list[GroupPlan], list[int], Plan | None, 
                                + lost, s.max_group_size)
         if repaired is None or _worse(repaired, s.heuristic):
             bound = None
-            if s.lagrangian is not None and not (s.heuristic.rejected or s.charge):  # same jobs placed: comparable
-                bound = max(s.lagrangian, _simple_bound(s.model, s.job_ids, s.max_group_size))
+            if s.lp_bound() is not None and not (s.heuristic.rejected or s.charge):  # same jobs placed: comparable
+                bound = max(s.lp_bound(), _simple_bound(s.model, s.job_ids, s.max_group_size))
             raise NoPlanInTime(f"no verified plan within {s.budget.limit_s:g} s", s.heuristic, bound)
         groups, lost = repaired.groups, _rejected_ids(s, repaired)
         s.say(f"repaired: {len(groups)} groups, ${repaired.cost_usd_per_hour:,.2f}/h")
@@ -516,12 +526,15 @@ def _final_plan(s: _Solve) -> Plan:
         rejected = s.refused + [Rejection(name=jobs[j].name, reason=not_placed_reason(s.model, jobs[j], groups,
                                                                                       s.max_group_size)) for j in lost]
     # A restricted master's own bound holds for its columns only.
-    master_bound = s.master.bound if s.master is not None and not s.priced_out else None
+    master_bound = s.master.bound if s.master is not None and not s.priced_out and s.pools_complete else None
     if s.halves_bound is not None:
         s.halves_bound = _allow_colocation(s.model, s.builder, s.halves_bound, s.kinds, s.joint)
         s.say(f"bound by halves with colocated jobs: ${s.halves_bound or 0.0:,.2f}")
-    lb, note = _bound(s.model, s.builder, s.result, s.master is not None, master_bound, s.lagrangian, s.job_ids, lost,
+    lb, note = _bound(s.model, s.builder, s.result, s.master is not None, master_bound, s.lp_bound(), s.job_ids, lost,
                       s.penalty, cost, s.charge, s.halves_bound, s.bound_source)
+    if not s.pools_complete:
+        note = f"more sets of jobs may time-share a pool than the {len(s.pools.groups):,} made columns: the " \
+               "bound is the work, packing or halves' bound"
     gap = (cost - lb) / cost if cost > 0 else 0.0
     status = s.master.status if s.master else "OPTIMAL"
     if repaired is not None:
@@ -654,7 +667,7 @@ def _allow_colocation(model: PlanningModel, builder: CandidateBuilder, bound: fl
     what colocation may save there (colocated nodes are training nodes). Each sum over ``S`` is at
     least that of the ``k`` least terms. The result is the least of ``bound`` and, over ``k``, of
     the best of these. None when a job with a colocated group has no candidate alone."""
-    colocated = colocated_costs(model, builder.job_ids)
+    colocated = colocated_costs(model, builder.job_ids, builder.k)
     if not colocated:
         return bound
     alone = {cand.jobs[0]: cand.cost for cand in _singletons(builder)}

@@ -102,6 +102,61 @@ def test_colocated_is_chosen_where_it_is_cheaper_than_phases_apart_and_the_bound
     assert placed.iteration_s <= 1.2 * placed.solo_iteration_s
 
 
+# ----- several jobs time-sharing one pool ----------------------------------------------------------
+def test_two_jobs_time_share_the_seed_cluster_when_their_slos_allow():
+    # Each job colocated alone takes all 32 GPUs (4 nodes, $57.28/h), and a100-32 has no room for a
+    # second such group. Sharing them, the four phases take turns: 300 + 200 + 200 + 200 s plus four
+    # warm switches (about 0.39 s each), a 901.6 s cycle within both caps, 2.5 x solo (500.1 s and
+    # 400.1 s): both jobs for the price of one, which is also the bound.
+    a = small_job("a", 300, 200, 2.5, gpus=32, mem=100.0)
+    b = small_job("b", 200, 200, 2.5, gpus=32, mem=100.0)
+    plan, _ = planned(A100_32, [a, b], time_limit_s=10)
+    assert not plan.rejected
+    (group,) = plan.groups
+    assert plan.cost_usd_per_hour == pytest.approx(4 * A100_NODE)
+    assert plan.lower_bound_usd_per_hour == pytest.approx(plan.cost_usd_per_hour)
+    assert plan.solver.status == "OPTIMAL"
+    layouts = {tuple(sorted(job.phase(kind).gpus)) for job in group.jobs for kind in ("rollout", "train")}
+    assert len(layouts) == 1 and len(layouts.pop()) == 32
+    assert group.cycle_s == pytest.approx(900 + 4 * 0.39, abs=0.1)
+    assert all(job.iteration_s <= job.slo * job.solo_iteration_s for job in group.jobs)
+    # With a's SLO at 1.5 the shared cycle breaks its cap (900 s > 750.1 s): one job is rejected.
+    plan, _ = planned(A100_32, [dict(a, slo=1.5), b], time_limit_s=10)
+    assert len(plan.groups) == 1 and len(plan.rejected) == 1
+
+
+POOL3 = topology_from_data({"name": "pool3", "clusters": [
+    {"name": "a100", "gpu_type": "A100", "nodes": 3, "gpus_per_node": 4, "host_mem_gb": 64}]}, "pool3.yaml")
+NODE4 = 4 * 1.79
+
+
+def three_sharers():
+    # 4 + 4 GPUs apart (solo about 200 s), SLO 3.5: all three on one node take about 601 s.
+    return [small_job(name, 100, 100, 3.5, gpus=4) for name in ("a", "b", "c")]
+
+
+def test_three_jobs_share_one_node_and_the_bound_proves_it():
+    plan, _ = planned(POOL3, three_sharers())
+    (group,) = plan.groups
+    assert sorted(j.name for j in group.jobs) == ["a", "b", "c"]
+    assert plan.cost_usd_per_hour == pytest.approx(NODE4) == plan.lower_bound_usd_per_hour
+    assert plan.solver.status == "OPTIMAL"
+
+
+def test_past_the_pool_budget_the_bound_falls_back_and_says_so(monkeypatch):
+    # One set listed ({a, b}); the plan pairs them on a node and leaves c alone on another. The
+    # LP's bound would be the cost of the columns it knows: only the work bound is valid, about
+    # 3 x 200 s x $7.16/h / (3.5 x 200 s) = $6.14/h.
+    import weave_rl.planner.colocated as colocated
+
+    monkeypatch.setattr(colocated, "POOL_BUDGET", 1)
+    plan, _ = planned(POOL3, three_sharers())
+    assert plan.cost_usd_per_hour == pytest.approx(2 * NODE4)
+    assert plan.lower_bound_usd_per_hour == pytest.approx(3 * NODE4 / 3.5, rel=0.01)
+    assert plan.solver.status == "FEASIBLE"
+    assert "more sets of jobs may time-share a pool than the 1 made columns" in plan.solver.note
+
+
 # ----- the floor: optimal against every baseline, on random small instances ----------------------
 ONE = topology_from_data({"name": "one", "clusters": [
     {"name": "a100", "gpu_type": "A100", "nodes": 2, "gpus_per_node": 4, "host_mem_gb": 512,
@@ -112,11 +167,11 @@ SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, suppress_h
 
 
 @st.composite
-def one_cluster_jobs(draw):
+def one_cluster_jobs(draw, max_slo=2.0):
     out = []
     for i in range(draw(st.integers(1, 4))):
         gpus = draw(st.sampled_from([2, 4]))
-        out.append({"name": f"j{i}", "params_b": 1, "slo": round(draw(st.floats(1.0, 2.0)), 2),
+        out.append({"name": f"j{i}", "params_b": 1, "slo": round(draw(st.floats(1.0, max_slo)), 2),
                     "max_staleness": draw(st.sampled_from([0, 0, 1])),
                     "rollout": {"gpus": gpus, "gpu_type": "A100", "duration_s": draw(st.integers(20, 300)),
                                 "host_mem_gb": 40},
@@ -171,3 +226,9 @@ def test_optimal_places_and_costs_no_worse_than_any_baseline_on_one_cluster(jobs
 @given(two_cluster_jobs())
 def test_optimal_places_and_costs_no_worse_than_any_baseline_on_two_clusters(jobs_list):
     assert_the_floor(TWO, jobs_list)
+
+
+@SETTINGS
+@given(one_cluster_jobs(max_slo=4.0))
+def test_optimal_places_and_costs_no_worse_than_any_baseline_where_jobs_may_share_a_pool(jobs_list):
+    assert_the_floor(ONE, jobs_list)
