@@ -314,3 +314,33 @@ def test_data_parallel_train_and_sharded_rollout(tmp_path):
     ck = torch.load(tmp_path / "checkpoints" / "A" / "train-1.pt", weights_only=False)
     policy = torch.load(tmp_path / "checkpoints" / "A" / "policy-1.pt", weights_only=False)
     assert torch.equal(ck["state"]["w1"], policy["w1"]) and float(ck["state"]["step"]) == 2
+
+
+def test_two_jobs_time_sharing_one_device_are_planned_and_run(tmp_path):
+    """On a one-device topology two jobs fit only by time-sharing it (each role of each job takes
+    its turn on the device, warm switches between): `weave plan` forms that pool and `weave run`
+    runs it, every iteration once, each job's samples trained on once."""
+    from weave_rl.planner.plan import load_plan
+    from weave_rl.topology.topology import load_topology
+
+    gpu_type = load_topology("local").gpu_type_of("local-000:0")
+    topo = tmp_path / "one.yaml"
+    topo.write_text(f"name: one\nclusters:\n  - {{name: one, gpu_type: {gpu_type}, nodes: 1, gpus_per_node: 1, "
+                    "host_mem_gb: 16}\n")
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(jobs_yaml(4, 1, 64, False).replace("slo: 2.0", "slo: 4.0"))
+    plan = tmp_path / "plan.yaml"
+    assert main(["plan", "-t", str(topo), "-j", str(jobs), "-o", str(plan), "--time-limit", "5"]) == 0
+    (group,) = load_plan(plan).groups
+    assert sorted(j.name for j in group.jobs) == ["A", "B"]
+    assert {g for j in group.jobs for s in j.phases if s.phase != "sync" for g in s.gpus} == {"one-000:0"}
+    out = tmp_path / "run"
+    proc = subprocess.run([*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frame = pd.read_parquet(out / "records.parquet")
+    counts = frame.groupby(["job", "iteration", "phase"]).size()
+    assert (counts == 1).all() and len(counts) == 18
+    metrics = pd.read_csv(out / "job_metrics.csv")
+    for job in "AB":
+        assert list(metrics[metrics.job == job].ledger) == [BATCH, 2 * BATCH, 3 * BATCH]
