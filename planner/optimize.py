@@ -5,7 +5,9 @@
    groups (planner/optimal.py): all of them when the enumeration fits its budget, else those that
    column generation prices (planner/colgen.py); and every job alone with its rollout and train
    taking turns on the same GPUs (the ``colocate`` policy's group, planner/colocated.py) or, where
-   both share a node, as the ``solo`` policy lays it out (so no baseline places a job it cannot).
+   both share a node, as the ``solo`` policy lays it out (so no baseline places a job it cannot);
+   and every set of jobs that may time-share one pool, each member's rollout and train on the same
+   GPUs (planner/colocated.py ``shared_pools``).
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
    migration charge. The best known plan (the heuristic's, the previous one, or the LP rounded by
@@ -30,10 +32,11 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
   nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py).
 With rejections the bound is on plans that place as many jobs (the plan's note says how many).
-The colocated groups are in the LP from the start (no negative reduced cost at its optimum), so
-column generation's bound covers them; the work and packing bounds charge each job its colocated
-option too, and the halves' and the pairs' bounds, which know no colocation, are lowered by what
-colocating jobs could save (``_allow_colocation``).
+The colocated groups and the pools are in the LP from the start (no negative reduced cost at its
+optimum), so column generation's bound covers them (when there were more pools than the budget,
+neither it nor the master's bound is used); the work and packing bounds charge each job its
+colocated option or its least pool share too, and the halves' and the pairs' bounds, which know no
+colocation, are lowered by what colocating jobs could save (``_allow_colocation``).
 
 When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
 completes), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
