@@ -5,8 +5,10 @@ free nodes, host memory per node) so that one admission costs a handful of check
 new solve:
 
 - ``admit(job)`` never moves a placed job. It tries, cheapest first: joining a group on rollout
-  nodes it already holds (no added cost), joining a group on fresh rollout nodes, a new group of
-  its own on fresh nodes. Groups are screened by necessary conditions (group size, training pool
+  nodes it already holds or time-sharing a pool's GPUs (no added cost), joining a group on fresh
+  rollout nodes, a new group of its own on fresh nodes (phases apart, or side by side on one node).
+  It opens no colocated group (greedily, one would take nodes that later jobs could have shared
+  phases apart), but joins one that a plan put in force. Groups are screened by necessary conditions (group size, training pool
   type and width, training busy time and host memory within every member's cap) before the
   round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly, on at most
   ``max_trials`` groups, best-fitting training pool first: admission latency stays bounded with
@@ -27,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from weave_rl.planner.colocated import colocated_options
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.optimal import PhaseOption, phase_options
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
@@ -270,8 +273,17 @@ class AdmissionPlanner:
         return limit - busy
 
     def _join(self, job: JobSpec, group: _Group, fresh: bool = True):
-        """Feasible placements in ``group``: on its rollout nodes first, then (if ``fresh``) on fresh ones."""
+        """Feasible placements in ``group``: time-sharing its GPUs when every member's rollout and
+        train are on them (a pool), then on its rollout nodes, then (if ``fresh``) on fresh ones."""
         topo = self.topology
+        pool = group.train_gpus
+        if all(m.rollout_gpus == m.train_gpus == pool for m in group.members) \
+                and any(c.cluster == topo.node(node_of(pool[0])).cluster and c.gpus == len(pool)
+                        for c in colocated_options(self.model, job)):
+            p = self._try(job, group, Member(job, pool, pool), [], 0.0)
+            if p is not None:
+                yield p
+                return
         for option in self._rollout_options(job):
             runs = self._runs(group.rollout_nodes, option)
             limit = min(group.cap, self._cap(job))

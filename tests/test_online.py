@@ -227,3 +227,27 @@ def test_replan_never_stops_a_placed_job(monkeypatch):
     assert set(result.plan.jobs) == {"A", "B"} and result.moved == []
     assert result.kept.startswith("the new one leaves") and "B" in result.kept
     assert placement(result.plan) == placement(base)
+
+
+def test_a_job_joins_a_pool_a_plan_put_in_force_for_free():
+    # On a100-32 the optimal plan colocates a (rollout and train taking turns on all 32 GPUs); b,
+    # whose SLO allows it, time-shares those GPUs: 300 + 200 + 200 + 200 s plus four warm switches,
+    # within both caps 2.5 x solo. No node is added, and the plan stays valid.
+    topo = load_topology("a100-32")
+
+    def wide(name, rollout, train):
+        return {"name": name, "params_b": 1, "slo": 2.5,
+                "rollout": {"gpus": 32, "gpu_type": "A100", "duration_s": rollout, "host_mem_gb": 100.0},
+                "train": {"gpus": 32, "gpu_type": "A100", "duration_s": train, "host_mem_gb": 100.0}}
+
+    jobs = jobset(wide("a", 300, 200), wide("b", 200, 200))
+    start = make_plan(topo, JobSet(jobs=[jobs["a"]]), time_limit_s=5)
+    op = OnlinePlanner(topo, JobSet(jobs=[jobs["a"]]), start)
+    adm = op.admit(jobs["b"])
+    assert adm.placed and adm.group == start.groups[0].name and adm.added_usd_per_hour == 0.0
+    plan = Plan.model_validate(adm.plan.model_dump())
+    assert_valid(plan, topo, jobs)
+    (group,) = plan.groups
+    assert group.cycle_s == pytest.approx(900 + 4 * 0.39, abs=0.1)
+    assert {g for jp in group.jobs for s in jp.phases if s.phase != "sync" for g in s.gpus} == \
+        set(topo.gpus_in(cluster="a100"))
