@@ -30,15 +30,13 @@ import math
 from dataclasses import dataclass, field
 
 from weave_rl.planner.colocated import colocated_options
-from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.model import SLO_TOL, PlanningModel, ceil_ms
 from weave_rl.planner.optimal import PhaseOption, phase_options
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, PhaseTime, group_plan, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology, node_of
 from weave_rl.core.errors import InputError
-
-SLO_TOL = 1e-9
 
 
 @dataclass(frozen=True)

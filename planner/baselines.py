@@ -24,14 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.model import PlanningModel, SLO_TOL
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec, PhaseSpec
 from weave_rl.topology.spec import ClusterSpec
 from weave_rl.topology.topology import Topology, node_of
-
-SLO_TOL = 1e-9  # relative slack on ``cycle <= slo * solo`` for float round-off only
 
 
 class Unplaceable(Exception):

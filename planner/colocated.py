@@ -14,12 +14,10 @@ import math
 import weakref
 from dataclasses import dataclass
 
-from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.model import PlanningModel, SLO_TOL
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import Member, group_plan, round_robin_timetable
 from weave_rl.profiles.jobs import JobSpec
-
-SLO_TOL = 1e-9
 
 
 @dataclass(frozen=True)

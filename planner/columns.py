@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.model import PlanningModel, SLO_TOL
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import round_robin_timetable
 from weave_rl.planner.timetable import Member, PhaseTime, Timetable, solve_timetable
 from weave_rl.topology.topology import Topology
 
-SLO_TOL = 1e-9
 # The integer masters' objective unit, 1e-4 $/h: fine enough for a migration charge (a GPU's price
 # for a minute, spread over an hour) to break a tie between keeping a job and moving it.
 OBJECTIVE_SCALE = 10_000

@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from weave_rl.planner.model import TIME_TOL as TOL
 from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
 from weave_rl.planner.pricing import _candidate
 
 EPS = 1e-7
-TOL = 1e-9
 
 
 @dataclass(frozen=True)

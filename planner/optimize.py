@@ -206,8 +206,7 @@ class _Solve:
         index = {name: i for i, name in enumerate(model.jobs.names)}
         return cls(model=model, budget=budget, threads=threads, say=progress or (lambda _msg: None),
                    max_group_size=max_group_size, job_ids=job_ids, allowed=frozenset(job_ids), refused=refused,
-                   index=index,
-                   charge={index[n]: v for n, v in extra.items() if n in index},
+                   index=index, charge={index[n]: v for n, v in extra.items() if n in index},
                    penalty=reject_penalty(model.topology), result=OptimalResult(plan=None))  # type: ignore[arg-type]
 
     @property
@@ -454,7 +453,8 @@ def _solve_master(s: _Solve) -> None:
         if failed:
             _mend(s, master, failed)
             continue
-        at_bound = s.lagrangian is not None and master.objective <= s.lagrangian * (1 + 1e-6) + 1e-6
+        bound = s.lp_bound()
+        at_bound = bound is not None and master.objective <= bound * (1 + 1e-6) + 1e-6
         if not s.whole and not at_bound and master_end - time.perf_counter() > 0.5:
             s.master = _search_neighbourhoods(s.model, s.columns, s.job_ids, master, s.banned - s.priced_out,
                                               s.penalty, master_end, s.exclusive, s.support, s.threads, s.timetables,

@@ -46,10 +46,10 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from weave_rl.planner.halves import half, phases_apart, solve_lp
+from weave_rl.planner.model import TIME_TOL as TOL
 from weave_rl.planner.optimal import CandidateBuilder
 from weave_rl.planner.regroup import eligible
 
-TOL = 1e-9  # the candidate rules' tolerance on times
 EPS = 1e-7  # reduced costs
 GAIN = 1e-6  # $/h: a group must beat the best so far by this much (ties are legion at the LP's duals)
 SMOOTHING = 0.7  # weight of the stability centre in the duals priced

@@ -29,10 +29,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from weave_rl.planner.model import TIME_TOL as TOL
 from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, set_partitions
 
 EPS = 1e-6
-TOL = 1e-9
 
 
 @functools.lru_cache(maxsize=None)

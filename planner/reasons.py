@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from weave_rl.planner.colocated import colocated_layouts
-from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.model import PlanningModel, SLO_TOL as TOL
 from weave_rl.planner.optimal import PhaseOption, phase_options, sync_estimate
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import Member, round_robin_timetable
 from weave_rl.profiles.jobs import JobSpec
 from weave_rl.topology.topology import node_of
 
-TOL = 1e-9
 ROUND_ROBIN_GROUPS = 5  # the closest groups (by their members' loops) tried with the round robin
 
 
