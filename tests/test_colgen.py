@@ -424,6 +424,41 @@ def test_a_group_without_timetable_keeps_the_first_plans_verified_groups(monkeyp
     assert not plan.rejected
 
 
+def test_after_a_failed_timetable_the_next_master_starts_from_the_mended_plan(monkeypatch):
+    # The first plan's first group has no timetable; the next master's hint is the mended plan
+    # (the verified groups, that group's jobs admitted around them): every job placed, where the
+    # plan less the failed group would reject its jobs. The plan returned is no dearer than it.
+    import weave_rl.planner.optimize as optimize
+
+    real_verify, real_solve = optimize._verify, optimize.solve_integer
+    calls, hints = [], []
+
+    def fail_once(model, columns, chosen, verified, banned, *args):
+        failed = real_verify(model, columns, chosen, verified, banned, *args)
+        if not calls:
+            calls.append(chosen[0])
+            banned.add(chosen[0])
+            verified.pop(chosen[0], None)
+            return [chosen[0]]
+        return failed
+
+    def recording(columns, job_ids, *args, hint=None, **kw):
+        if calls:  # the masters after the failure
+            hints.append((hint, sum(columns[i].cost for i in hint.columns) if hint else None))
+        return real_solve(columns, job_ids, *args, hint=hint, **kw)
+
+    monkeypatch.setattr(optimize, "_verify", fail_once)
+    monkeypatch.setattr(optimize, "solve_integer", recording)
+    jobs = generate("Mixed", 16, 3)
+    plan = make_plan(TESTBED, jobs, time_limit_s=10)
+    assert_valid(plan, TESTBED, jobs)
+    assert hints
+    second, mended_cost = hints[0]
+    assert second is not None and second.rejected == []
+    assert plan.cost_usd_per_hour <= mended_cost + 1e-6
+    assert not plan.rejected
+
+
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
     jobs = generate("Mixed", 100, 1)  # weave places 75 of them on weave-testbed, the rest find no nodes
     plan = make_plan(TESTBED, jobs, time_limit_s=20)
