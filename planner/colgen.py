@@ -31,7 +31,7 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from weave_rl.planner.columns import Column, Incumbent, objective_units
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, make_candidate
 from weave_rl.topology.topology import Topology
 
 EPS = 1e-6
@@ -301,17 +301,6 @@ def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, firs
                                   [rollouts[p] for p in order], [sorted(where[p] for p in c.members) for c in classes])
             if cand not in found or reduced < found[cand][0]:
                 found[cand] = (reduced, cand)
-
-
-def make_candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, rollouts: list[PhaseOption],
-                   classes: list[list[int]]) -> Candidate:
-    nodes: dict[str, int] = {train.cluster: train.nodes}
-    for cls in classes:
-        cluster = rollouts[cls[0]].cluster
-        nodes[cluster] = nodes.get(cluster, 0) + max(rollouts[i].nodes for i in cls)
-    cost = sum(builder.price[c] * n for c, n in nodes.items())
-    return Candidate(tuple(jobs), train, tuple(rollouts), tuple(tuple(c) for c in classes),
-                     tuple(0 for _ in jobs), round(cost, 6), tuple(sorted(nodes.items())))
 
 
 # ----- integer master ----------------------------------------------------------------------------

@@ -44,8 +44,7 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from weave_rl.planner.model import TIME_TOL as TOL
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
-from weave_rl.planner.pricing import _candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, make_candidate
 
 EPS = 1e-7
 
@@ -195,7 +194,7 @@ def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1
                 return [], bound  # a class that does not fit its pool's cap: no plan from here
             for i, f in zip(positions, first):
                 offsets[i] = f
-        groups.append(_candidate(builder, jobs, train[jobs[0]], [rollouts[j] for j in jobs], classes_at, offsets))
+        groups.append(make_candidate(builder, jobs, train[jobs[0]], [rollouts[j] for j in jobs], classes_at, offsets))
     return groups, bound
 
 

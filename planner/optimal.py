@@ -1,12 +1,13 @@
 """Candidate co-execution groups of the ``optimal`` policy, and how a chosen one is laid out.
 
-A candidate is a set of at most ``max_group_size`` jobs with a shared training pool (one GPU count
-and type common to all members' options, the paper's uniform DP) and a partition of the members
-into rollout classes (jobs in a class share rollout nodes; a narrower job takes a run of the class's
-nodes, laid out so that every node's busy time fits), for each job's rollout option. A candidate
-survives when its loads fit under the group's largest admissible cycle ``min(slo * solo)``: train
-busy time, each rollout class's busy time (warm switches included), each job's own loop, and host
-memory per node. ``CandidateBuilder`` grows sets depth-first and prunes as soon as a necessary
+A candidate is a set of at most ``max_group_size`` jobs with a shared training pool (nodes of one
+cluster, as many as its widest member's training option) and a partition of the members into
+rollout classes (jobs in a class share rollout nodes). In the pool as in a class, a narrower member
+takes a run of the nodes (the paper's spatial multiplexing: two 8-GPU jobs each on one node of a
+16-GPU job's pool), laid out so that every node's busy time fits (``class_layout``). A candidate
+survives when its loads fit under the group's largest admissible cycle ``min(slo * solo)``: each
+training and rollout node's busy time (warm switches included where shared), each job's own loop,
+and host memory per node. ``CandidateBuilder`` grows sets depth-first and prunes as soon as a necessary
 condition fails (all of them only get harder when a job is added); with a budget it gives up on
 large instances, which planner/colgen.py then prices instead of enumerating.
 
@@ -46,12 +47,36 @@ class PhaseOption:
 @dataclass(frozen=True)
 class Candidate:
     jobs: tuple[int, ...]
-    train: PhaseOption  # the group's training pool (shared by every member)
+    trains: tuple[PhaseOption, ...]  # per member, one cluster: the group's training pool
     rollouts: tuple[PhaseOption, ...]  # per member, same order as jobs
     classes: tuple[tuple[int, ...], ...]  # positions in ``jobs`` that share rollout nodes
     offsets: tuple[int, ...]  # per member: first node of its rollout inside its class's nodes
+    train_offsets: tuple[int, ...]  # per member: first node of its train inside the pool's nodes
     cost: float
     nodes: tuple[tuple[str, int], ...]  # (cluster, node count)
+
+    @property
+    def pool(self) -> PhaseOption:
+        """The widest member's training option: the pool's cluster and node count."""
+        return max(self.trains, key=lambda t: t.nodes)
+
+
+def make_candidate(builder: "CandidateBuilder", jobs: list[int], trains: PhaseOption | list[PhaseOption],
+                   rollouts: list[PhaseOption], classes: list[list[int]], offsets: list[int] | None = None,
+                   train_offsets: list[int] | None = None) -> Candidate:
+    """The one constructor of candidates: nodes and $/h from the pool's and the classes' widths.
+    ``trains`` is one option for a pool every member uses whole, or one per member."""
+    trains = [trains] * len(jobs) if isinstance(trains, PhaseOption) else list(trains)
+    nodes: dict[str, int] = {trains[0].cluster: max(t.nodes for t in trains)}
+    for cls in classes:
+        cluster = rollouts[cls[0]].cluster
+        nodes[cluster] = nodes.get(cluster, 0) + max(rollouts[i].nodes for i in cls)
+    cost = sum(builder.price[c] * n for c, n in nodes.items())
+    zeros = (0,) * len(jobs)
+    return Candidate(tuple(jobs), tuple(trains), tuple(rollouts), tuple(tuple(c) for c in classes),
+                     tuple(offsets) if offsets is not None else zeros,
+                     tuple(train_offsets) if train_offsets is not None else zeros,
+                     round(cost, 6), tuple(sorted(nodes.items())))
 
 
 # ----- options ------------------------------------------------------------------------------
@@ -128,6 +153,9 @@ class CandidateBuilder:
         self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
         self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}
         self.cap = {j: self.jobs[j].slo * model.solo[self.jobs[j].name] for j in job_ids}
+        self.widest: dict[str, int] = {}
+        for t in (t for j in job_ids for t in self.train_opts[j]):
+            self.widest[t.cluster] = max(t.nodes, self.widest.get(t.cluster, 1))
         self.price = {c.name: c.gpus_per_node * self.topo.gpu_types[c.gpu_type].usd_per_hour
                       for c in self.topo.clusters.values()}
 
@@ -182,39 +210,53 @@ class CandidateBuilder:
         if cap < 1e-9:
             return False
         shared = len(group) > 1
-        min_train = 0.0
+        # A pool's nodes carry its members' train time and host memory: per node on average at most
+        # the cap and a node's memory, the pool no wider than the widest training option of its cluster.
+        min_train = min_mem = 0.0
         for j in group:
             best_loop = min((self.loop_s(j, t, r) for t in self.train_opts[j] for r in self.rollout_opts[j]),
                             default=math.inf)
             if best_loop > cap + 1e-9:
                 return False
-            min_train += min((t.duration_s + (t.switch_s if shared else 0) for t in self.train_opts[j]),
-                             default=math.inf)
-        if min_train > cap + 1e-9:
-            return False
-        mem = sum(min((t.host_mem_gb for t in self.train_opts[j]), default=math.inf) for j in group)
-        return mem <= max(c.host_mem_gb for c in self.topo.clusters.values())
+            min_train += min(((t.duration_s + (t.switch_s if shared else 0)) * self.pool_share(t)
+                              for t in self.train_opts[j]), default=math.inf)
+            min_mem += min((t.host_mem_gb * self.pool_share(t) for t in self.train_opts[j]), default=math.inf)
+        return min_train <= cap + 1e-9 and min_mem <= max(c.host_mem_gb for c in self.topo.clusters.values())
+
+    def uniform_pools(self) -> bool:
+        """Every training option of a cluster has one GPU count, so no pool mixes members' widths
+        (the halves' and the pairs' bounds know only such pools: planner/optimize.py)."""
+        counts: dict[str, set[int]] = {}
+        for t in (t for j in self.job_ids for t in self.train_opts[j]):
+            counts.setdefault(t.cluster, set()).add(t.gpus)
+        return all(len(c) == 1 for c in counts.values())
+
+    def pool_share(self, train: PhaseOption) -> float:
+        """The least share of a training pool's node-time (or memory) this option takes: its nodes
+        over the widest training option of its cluster (which no pool exceeds)."""
+        return train.nodes / self.widest[train.cluster]
 
     def _configs(self, group: list[int]) -> list[Candidate]:
         cap = min(self.cap[j] for j in group)
-        shared = len(group) > 1
         found: list[Candidate] = []
-        train_keys = set.intersection(*[{(t.gpu_type, t.cluster, t.gpus) for t in self.train_opts[j]} for j in group])
-        for key in sorted(train_keys):
-            trains = {j: next(t for t in self.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in group}
-            cluster = self.topo.clusters[key[1]]
-            busy = sum(trains[j].duration_s + (trains[j].switch_s if shared else 0) for j in group)
-            if busy > cap + 1e-9 or sum(trains[j].host_mem_gb for j in group) > cluster.host_mem_gb:
-                continue
-            combos = list(itertools.islice(itertools.product(*[self.rollout_opts[j] for j in group]),
-                                           self.max_combos + 1))
+        pools = set.intersection(*[{t.cluster for t in self.train_opts[j]} for j in group])
+        mem = self.topo.clusters
+        for cluster in sorted(pools):
+            # Each member's (train, rollout) pairs whose own loop fits the cap, on this pool's cluster.
+            pairs = [[(t, r) for t in self.train_opts[j] if t.cluster == cluster for r in self.rollout_opts[j]
+                      if self.loop_s(j, t, r) <= cap + 1e-9] for j in group]
+            combos = list(itertools.islice(itertools.product(*pairs), self.max_combos + 1))
             if len(combos) > self.max_combos:
                 self.complete = False
                 combos = combos[:self.max_combos]
-            for rollouts in combos:
-                if any(self.loop_s(j, trains[j], r) > cap + 1e-9 for j, r in zip(group, rollouts)):
-                    continue
-                found.extend(self._rollout_classes(group, trains[group[0]], rollouts, cap))
+            layouts: dict[tuple, tuple[int, ...] | None] = {}
+            for combo in combos:
+                trains = tuple(t for t, _ in combo)
+                if trains not in layouts:
+                    layouts[trains] = class_layout(list(trains), cap, mem[cluster].host_mem_gb)
+                if layouts[trains] is not None:
+                    found.extend(self._rollout_classes(group, trains, layouts[trains],
+                                                       tuple(r for _, r in combo), cap))
         found.sort(key=lambda c: c.cost)
         # Only the cheapest few go to the master; the rest wait in reserve and come in one by one when
         # a kept one turns out to have no timetable, so no feasible configuration is ever lost.
@@ -222,11 +264,12 @@ class CandidateBuilder:
             self.reserve[tuple(group)] = found[self.max_configs:]
         return found[:self.max_configs]
 
-    def _rollout_classes(self, group: list[int], train: PhaseOption, rollouts: tuple[PhaseOption, ...],
-                         cap: float) -> list[Candidate]:
+    def _rollout_classes(self, group: list[int], trains: tuple[PhaseOption, ...], train_offsets: tuple[int, ...],
+                         rollouts: tuple[PhaseOption, ...], cap: float) -> list[Candidate]:
         out = []
+        pool = max(t.nodes for t in trains)
         for part in set_partitions(list(range(len(group)))):
-            nodes: dict[str, int] = {train.cluster: train.nodes}
+            nodes: dict[str, int] = {trains[0].cluster: pool}
             offsets: dict[int, int] = {}
             ok = True
             for cls in part:
@@ -244,17 +287,16 @@ class CandidateBuilder:
                 continue
             if any(n > self.topo.clusters[c].nodes for c, n in nodes.items()):
                 continue
-            cost = sum(self.price[c] * n for c, n in nodes.items())
-            out.append(Candidate(tuple(group), train, rollouts, tuple(tuple(c) for c in part),
-                                 tuple(offsets[i] for i in range(len(group))), round(cost, 6),
-                                 tuple(sorted(nodes.items()))))
+            out.append(make_candidate(self, group, list(trains), list(rollouts), [list(c) for c in part],
+                                      [offsets[i] for i in range(len(group))], list(train_offsets)))
         return out
 
 
 def class_layout(opts: list[PhaseOption], cap: float, node_mem_gb: float) -> tuple[int, ...] | None:
-    """Place each rollout of a class on a run of consecutive nodes among the class's ``max(nodes)``
-    nodes so that every node's busy time (with warm switches where shared) and host memory fit.
-    Exhaustive over the runs' first nodes (classes are small); None when no layout fits."""
+    """Place each phase of a rollout class (or a training pool) on a run of consecutive nodes among
+    its ``max(nodes)`` nodes so that every node's busy time (with warm switches where shared) and
+    host memory fit. Exhaustive over the runs' first nodes (groups are small); None when no layout
+    fits."""
     width = max(o.nodes for o in opts)
     best = None
     for layout in itertools.product(*[range(width - o.nodes + 1) for o in opts]):
@@ -272,8 +314,11 @@ def class_layout(opts: list[PhaseOption], cap: float, node_mem_gb: float) -> tup
 # ----- decoding -----------------------------------------------------------------------------
 def candidate_members(model: PlanningModel, cand: Candidate, alloc) -> tuple[list[Member], list[str]]:
     topo = model.topology
-    train_nodes = alloc.take(cand.train.cluster, cand.train.nodes)
-    train_gpus = [g for n in train_nodes for g in topo.node(n).gpu_ids][:cand.train.gpus]
+    pool = cand.pool
+    train_nodes = alloc.take(pool.cluster, pool.nodes)
+    train_gpus = {}
+    for i, (train, first) in enumerate(zip(cand.trains, cand.train_offsets)):
+        train_gpus[i] = [g for n in train_nodes[first:] for g in topo.node(n).gpu_ids][:train.gpus]
     nodes = list(train_nodes)
     rollout_gpus: dict[int, list[str]] = {}
     for cls in cand.classes:
@@ -285,7 +330,7 @@ def candidate_members(model: PlanningModel, cand: Candidate, alloc) -> tuple[lis
             pool = [g for n in cls_nodes[first:] for g in topo.node(n).gpu_ids]
             rollout_gpus[i] = pool[:cand.rollouts[i].gpus]
     jobs = model.jobs.jobs
-    members = [Member(jobs[j], tuple(rollout_gpus[i]), tuple(train_gpus)) for i, j in enumerate(cand.jobs)]
+    members = [Member(jobs[j], tuple(rollout_gpus[i]), tuple(train_gpus[i])) for i, j in enumerate(cand.jobs)]
     return members, nodes
 
 

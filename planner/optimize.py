@@ -30,7 +30,9 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``, the packing
   bound (nodes as bins, dual feasible functions: planner/optimal.py), when column generation
   proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
-  nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py).
+  nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py);
+  those two know only pools whose members train at one GPU count, so they are used only where every
+  training cluster's options have one count (``CandidateBuilder.uniform_pools``).
 With rejections the bound is on plans that place as many jobs (the plan's note says how many).
 The colocated groups and the pools are in the LP from the start (no negative reduced cost at its
 optimum), so column generation's bound covers them (when there were more pools than the budget,
@@ -85,7 +87,7 @@ from typing import Callable, Mapping, Sequence
 from weave_rl.planner.budget import (COLGEN_END, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR, PAIR_END,
                                      PAIR_TRIAL_END, REGROUP_END, STALL_AFTER, STALL_WINDOW, TRAIN_HALF, TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
-from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, make_candidate, max_groups, price_greedy,
+from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
 from weave_rl.planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
@@ -93,7 +95,7 @@ from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import improve
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
-                             colocated_costs, group_plan, packing_half_bounds, packing_lower_bound, work_lower_bound)
+                             colocated_costs, make_candidate, group_plan, packing_half_bounds, packing_lower_bound, work_lower_bound)
 from weave_rl.planner.pricing import PricingPool, price_exact
 from weave_rl.planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
 from weave_rl.planner.regroup import eligible, regroup
@@ -541,6 +543,9 @@ def _final_plan(s: _Solve) -> Plan:
                                                                                       s.max_group_size)) for j in lost]
     # A restricted master's own bound holds for its columns only.
     master_bound = s.master.bound if s.master is not None and not s.priced_out and s.pools_complete else None
+    if s.halves_bound is not None and not s.builder.uniform_pools():
+        s.say("the halves' and pairs' bounds are not used: they know only pools of one training GPU count")
+        s.halves_bound = None
     if s.halves_bound is not None:
         s.halves_bound = _allow_colocation(s.model, s.builder, s.halves_bound, s.kinds, s.joint)
         s.say(f"bound by halves with colocated jobs: ${s.halves_bound or 0.0:,.2f}")

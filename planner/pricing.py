@@ -6,15 +6,17 @@ and node prices ``price'_c`` (price minus the node-capacity dual)::
     rc(G) = price'_T * train_nodes + sum over rollout classes price'_c * class_width - sum_{j in G} value_j
 
 Every group has a *leader*: its member of smallest cycle cap ``slo * solo`` (ties by index), which
-fixes the group's cap ``C``. For each training pool and leader, a depth-first search adds members of
-larger cap in order of decreasing value, keeping the training pool's busy time (trains and warm
-switches), host memory and every member's own loop within ``C``. A branch is cut when no completion
+fixes the group's cap ``C``. For each training pool (a cluster and a width ``W`` in nodes, any
+member's option on at most ``W`` nodes) and leader, a depth-first search adds members of larger cap
+in order of decreasing value, keeping the pool's node-time (trains and warm switches, each option's
+nodes over ``W``; every node but those the widest member holds alone is shared), host memory per
+node on average and every member's own loop within ``C``. A branch is cut when no completion
 can have a negative reduced cost; the bound uses two facts: each member needs a rollout class at
 least as dear as its cheapest one, and a class of cap ``C`` runs at most ``C`` seconds of rollout per
 cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``; and a class holds at
 most one rollout longer than ``C / 2``, so each such member pays at least its own class. Leaves that pass the
 bound are costed exactly: every choice of rollout options and partition into classes, laid out by
-``class_layout`` (planner/optimal.py), the candidate rules. The search is therefore exact for the
+``class_layout`` (planner/optimal.py), the candidate rules, which lay out the training pool too. The search is therefore exact for the
 whole candidate space; when it runs out of time it proves nothing.
 """
 
@@ -30,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from weave_rl.planner.model import TIME_TOL as TOL
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, set_partitions
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, make_candidate, set_partitions
 
 EPS = 1e-6
 
@@ -118,16 +120,21 @@ def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, 
                     rc_min = min(rc_min, rc)
                     singles[j] = min(rc, singles.get(j, rc))
                     if rc < threshold - EPS:
-                        found[_candidate(builder, [j], t, [o], [[0]], [0])] = rc
+                        found[make_candidate(builder, [j], t, [o], [[0]], [0])] = rc
     search = _Search(builder, value, node_price, found, deadline, stop_after, rotation, threshold, (part, parts))
     # Jobs of no value are left out: removing one from a group never raises its reduced cost, so
     # the least reduced costs (and the per-leader bound) are those of groups without them.
-    keys: dict[tuple, list[int]] = {}
+    widths: dict[str, set[int]] = {}
+    for t in (t for j in builder.job_ids for t in builder.train_opts[j]):
+        widths.setdefault(t.cluster, set()).add(t.nodes)
+    keys: dict[tuple, list[int]] = {}  # (GPU type, cluster, pool width) -> jobs with an option that fits it
     if builder.k >= 2:
         for j in builder.job_ids:
             if value[j] > EPS:
                 for t in builder.train_opts[j]:
-                    keys.setdefault((t.gpu_type, t.cluster, t.gpus), []).append(j)
+                    for width in widths[t.cluster]:
+                        if width >= t.nodes and j not in keys.setdefault((t.gpu_type, t.cluster, width), []):
+                            keys[(t.gpu_type, t.cluster, width)].append(j)
     complete = True
     for key, members in sorted(keys.items()):
         if len(members) >= 2 and not search.run(key, members):
@@ -170,26 +177,17 @@ class PricingPool:
         _SHARED.clear()
 
 
-def _candidate(builder: CandidateBuilder, jobs: list[int], train: PhaseOption, rollouts: list[PhaseOption],
-               classes: list[list[int]], offsets: list[int]) -> Candidate:
-    nodes: dict[str, int] = {train.cluster: train.nodes}
-    for cls in classes:
-        cluster = rollouts[cls[0]].cluster
-        nodes[cluster] = nodes.get(cluster, 0) + max(rollouts[i].nodes for i in cls)
-    cost = sum(builder.price[c] * n for c, n in nodes.items())
-    return Candidate(tuple(jobs), train, tuple(rollouts), tuple(tuple(c) for c in classes), tuple(offsets),
-                     round(cost, 6), tuple(sorted(nodes.items())))
-
-
 class _Leader(NamedTuple):
     """What the search for one training pool and leader needs at every node."""
 
     leader: int
     key: tuple
-    trains: dict
-    tau: dict  # train time plus warm switch per job
+    trains: dict  # job -> its training options that fit the pool
+    tau: dict  # job -> least share of the pool's node-time: (train + warm switch) x nodes / width
+    mem: dict  # job -> least share of the pool's host memory per node
     mem_cap: float
     cap: float  # the leader's cycle cap
+    limit: float  # most pool node-time share a group may take (see ``_Search._context``)
     opts: dict  # job -> rollout options whose loop fits the cap
     cands: list  # members that may join, by decreasing value
     cheapest: dict  # job -> cheapest rollout class
@@ -216,6 +214,7 @@ class _Search:
         self.deadline = deadline
         self.visited = 0
         self._classes: dict = {}
+        self._layouts: dict = {}
 
     def run(self, key: tuple, pool: list[int]) -> bool:
         """Search every leader of this training pool; False when out of time."""
@@ -233,7 +232,7 @@ class _Search:
             if ctx is None:  # this leader leads no group of two
                 continue
             m = ctx.leader
-            if not self._dfs(ctx, [m], 0, ctx.tau[m], ctx.trains[m].host_mem_gb, self.value[m], ctx.area[m],
+            if not self._dfs(ctx, [m], 0, ctx.tau[m], ctx.mem[m], self.value[m], ctx.area[m],
                              ctx.cheapest[m], ctx.big[m]):
                 self.rotation[key] = li + 1  # the next call starts after this leader
                 return False
@@ -242,26 +241,33 @@ class _Search:
     def _pool_setup(self, key: tuple, pool: list[int]) -> tuple:
         """Leaders' order (by cap), and what every leader's context needs, once per training pool."""
         b = self.b
-        trains = {j: next(t for t in b.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in pool}
-        tau = {j: trains[j].duration_s + trains[j].switch_s for j in pool}
+        _, cluster, width = key
+        trains = {j: [t for t in b.train_opts[j] if t.cluster == cluster and t.nodes <= width] for j in pool}
+        tau = {j: min((t.duration_s + t.switch_s) * t.nodes / width for t in trains[j]) for j in pool}
+        mem = {j: min(t.host_mem_gb * t.nodes / width for t in trains[j]) for j in pool}
         order = sorted(pool, key=lambda j: (b.cap[j], j))
-        dominates = self._dominance(order, trains)
+        dominates = self._dominance(order, trains, width)
         position = {j: i for i, j in enumerate(order)}
-        return order, trains, tau, dominates, position
+        return order, trains, tau, mem, dominates, position
 
     def _context(self, key: tuple, setup: tuple, li: int) -> "_Leader | None":
         """The search context of the leader at position ``li`` (None when it leads no group of two)."""
         b = self.b
-        order, trains, tau, dominates, position = setup
+        order, trains, tau, mem, dominates, position = setup
         train_mem_cap = b.topo.clusters[key[1]].host_mem_gb
         m = order[li]
         cap = b.cap[m]
+        # Every node of a pool of two or more is shared (and pays warm switches) but those the widest
+        # member holds alone, at most W - 1 of W: the node-time a group needs is at least the sum of
+        # its shares less (W - 1) / W of the largest switch, which is within ``cap`` on average.
+        width = key[2]
+        limit = cap + TOL + (width - 1) / width * max(t.switch_s for j in order[li:] for t in trains[j])
         self._classes = {}
+        self._layouts = {}
         opts = {}
         for j in order[li:]:
-            ok = [o for o in b.rollout_opts[j] if b.loop_s(j, trains[j], o) <= cap + TOL]
-            if ok and (j == m or (tau[m] + tau[j] <= cap + TOL
-                                  and trains[m].host_mem_gb + trains[j].host_mem_gb <= train_mem_cap)):
+            ok = [o for o in b.rollout_opts[j] if any(b.loop_s(j, t, o) <= cap + TOL for t in trains[j])]
+            if ok and (j == m or (tau[m] + tau[j] <= limit and mem[m] + mem[j] <= train_mem_cap + TOL)):
                 opts[j] = ok
         if m not in opts or len(opts) < 2:
             return None
@@ -285,24 +291,26 @@ class _Search:
         top_w = _suffix_top([max(0.0, self.value[j] - big[j]) for j in cands], b.k - 1)
         top_v = _suffix_top(v, b.k - 1)
         top_u = _suffix_top(u, b.k - 1)
-        fixed = self.price[key[1]] * trains[m].nodes
-        return _Leader(m, key, trains, tau, train_mem_cap, cap, opts, cands, cheapest, area, top_v, top_u, fixed, big,
-                       top_w)
+        fixed = self.price[key[1]] * width
+        return _Leader(m, key, trains, tau, mem, train_mem_cap, cap, limit, opts, cands, cheapest, area, top_v, top_u,
+                       fixed, big, top_w)
 
-    def _dominance(self, order: list[int], trains) -> np.ndarray:
+    def _dominance(self, order: list[int], trains, width: int) -> np.ndarray:
         """``D[a, b]``: job ``order[a]`` is at least as good as ``order[b]`` as a member of any group
         of this pool: no more train time, switch or memory, the same kind of rollout option and no
         more rollout time, switch or memory, and at least the value (ties broken by position).
-        Only jobs with one rollout option take part."""
+        Only jobs with one rollout option and one training option, the pool's whole width, take part."""
         b = self.b
         n = len(order)
-        single = np.array([len(b.rollout_opts[j]) == 1 for j in order])
+        single = np.array([len(b.rollout_opts[j]) == 1 and len(trains[j]) == 1 and trains[j][0].nodes == width
+                           for j in order])
         first = [b.rollout_opts[j][0] for j in order]
+        train = [trains[j][0] for j in order]
         kinds = {}
         kind = np.array([kinds.setdefault((o.cluster, o.nodes), len(kinds)) for o in first])
         rows = [np.array(x, dtype=float) for x in (
-            [trains[j].duration_s for j in order], [trains[j].switch_s for j in order],
-            [trains[j].host_mem_gb for j in order], [o.duration_s for o in first], [o.switch_s for o in first],
+            [t.duration_s for t in train], [t.switch_s for t in train],
+            [t.host_mem_gb for t in train], [o.duration_s for o in first], [o.switch_s for o in first],
             [o.host_mem_gb for o in first], [-self.value[j] for j in order])]
         better = np.ones((n, n), dtype=bool)
         strict = np.zeros((n, n), dtype=bool)
@@ -319,14 +327,14 @@ class _Search:
         """Depth-first over the leader's candidates in order; False when time or the column quota
         ran out. The hot loop of column generation: everything it reads is bound to locals once per
         leader (a closure), which halves its time against attribute and tuple lookups per node."""
-        trains, tau, mem_cap, cap, cands, top_v, top_u, fixed, top_w = (
-            ctx.trains, ctx.tau, ctx.mem_cap, ctx.cap, ctx.cands, ctx.top_v, ctx.top_u, ctx.fixed, ctx.top_w)
+        tau, mem_cap, cands, top_v, top_u, fixed, top_w = (
+            ctx.tau, ctx.mem_cap + TOL, ctx.cands, ctx.top_v, ctx.top_u, ctx.fixed, ctx.top_w)
         area, cheapest, big, value = ctx.area, ctx.cheapest, ctx.big, self.value
         threshold, stop_after, found, deadline, k = self.threshold, self.stop_after, self.found, self.deadline, self.b.k
         n = len(cands)
-        limit = cap + TOL
+        limit = ctx.limit
         tau_c = [tau[j] for j in cands]
-        mem_c = [trains[j].host_mem_gb for j in cands]
+        mem_c = [ctx.mem[j] for j in cands]
         value_c = [value[j] for j in cands]
         area_c = [area[j] for j in cands]
         cheap_c = [cheapest[j] for j in cands]
@@ -360,24 +368,46 @@ class _Search:
         return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum)
 
     def _leaf(self, ctx, group: list[int]) -> None:
-        """Exact cost of the group: best rollout options and classes under the candidate rules."""
-        key, trains, cap, opts, fixed = ctx.key, ctx.trains, ctx.cap, ctx.opts, ctx.fixed
-        b = self.b
+        """Exact cost of the group: every layout of its members' training options on the pool (the
+        widest as wide as the pool: narrower groups are another pool's), then the best rollout
+        options and classes under the candidate rules."""
+        b, cap = self.b, ctx.cap
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
-        budget = gain - fixed + self.threshold + EPS  # rollout classes must cost less for rc < threshold
+        budget = gain - ctx.fixed + self.threshold + EPS  # rollout classes must cost less for rc < threshold
+        for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
+            train_offsets = self._pool_layout(ctx, trains)
+            if train_offsets is None:
+                continue
+            opts = {j: [o for o in ctx.opts[j] if b.loop_s(j, t, o) <= cap + TOL] for j, t in zip(jobs, trains)}
+            if all(opts.values()):
+                self._leaf_rollouts(ctx, jobs, trains, train_offsets, opts, gain, budget)
+
+    def _pool_layout(self, ctx, trains: tuple) -> tuple[int, ...] | None:
+        """Where each member's train starts in the pool (``class_layout``), or None; cached per leader."""
+        if trains not in self._layouts:
+            fit = None
+            if max(t.nodes for t in trains) == ctx.key[2]:
+                fit = class_layout(list(trains), ctx.cap, ctx.mem_cap)
+            self._layouts[trains] = fit
+        return self._layouts[trains]
+
+    def _leaf_rollouts(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict, gain: float,
+                       budget: float) -> None:
+        key, cap, fixed = ctx.key, ctx.cap, ctx.fixed
+        b = self.b
         if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs):
             # One-node rollouts: at least ceil(total rollout time / cap) classes.
             need = math.ceil(sum(opts[j][0].duration_s for j in jobs) / cap - 1e-9)
             if need * min(self.price[opts[j][0].cluster] for j in jobs) >= budget - EPS:
                 return
             if len({opts[j][0].cluster for j in jobs}) == 1:
-                self._leaf_one_node(ctx, jobs, gain, budget, need)
+                self._leaf_one_node(ctx, jobs, trains, train_offsets, opts, gain, budget, need)
                 return
         best = None
         for rollouts in itertools.product(*[opts[j] for j in jobs]):
             for part in partitions(len(jobs)):
-                cost, offsets, nodes = 0.0, [0] * len(jobs), {key[1]: trains[jobs[0]].nodes}
+                cost, offsets, nodes = 0.0, [0] * len(jobs), {key[1]: key[2]}
                 for cls in part:
                     fit = self._class(cap, tuple((jobs[i], rollouts[i]) for i in cls))
                     if fit is None:
@@ -394,13 +424,15 @@ class _Search:
                         best = (fixed + cost - gain, rollouts, part, offsets)
         if best is not None and best[0] < self.threshold:
             rc, rollouts, part, offsets = best
-            self._keep(ctx, _candidate(b, jobs, trains[jobs[0]], list(rollouts), [list(c) for c in part], offsets), rc)
+            self._keep(ctx, make_candidate(b, jobs, list(trains), list(rollouts), [list(c) for c in part], offsets,
+                                           list(train_offsets)), rc)
 
-    def _leaf_one_node(self, ctx, jobs: list[int], gain: float, budget: float, need: int) -> None:
+    def _leaf_one_node(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict, gain: float,
+                       budget: float, need: int) -> None:
         """The common case, fast: one rollout option per job, one node wide, one cluster. The
         classes are bins of capacity ``cap`` (warm switches counted when a bin is shared) and node
         host memory; the fewest bins is the cheapest."""
-        cap, opts, fixed = ctx.cap, ctx.opts, ctx.fixed
+        cap, fixed = ctx.cap, ctx.fixed
         options = [opts[j][0] for j in jobs]
         cluster = options[0].cluster
         price = self.price[cluster]
@@ -415,12 +447,10 @@ class _Search:
         bins, classes = _fewest_bins(busy, mem, cap, node_mem, fewest)
         if bins > most:
             return
-        self._record(ctx, jobs, options, classes, fixed + price * bins - gain)
-
-    def _record(self, ctx, jobs, options, classes, rc) -> None:
+        rc = fixed + price * bins - gain
         if rc < self.threshold:
-            self._keep(ctx, _candidate(self.b, jobs, ctx.trains[jobs[0]], options, [sorted(c) for c in classes],
-                                       [0] * len(jobs)), rc)
+            self._keep(ctx, make_candidate(self.b, jobs, list(trains), options, [sorted(c) for c in classes],
+                                           None, list(train_offsets)), rc)
 
     def _keep(self, ctx, cand: Candidate, rc: float) -> None:
         self.found[cand] = min(rc, self.found.get(cand, rc))

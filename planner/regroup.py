@@ -35,8 +35,7 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout
-from weave_rl.planner.pricing import _candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, make_candidate
 
 MS = 1000  # times in whole milliseconds (every duration is already rounded up to them)
 WINDOW_JOBS = 25  # jobs per window (saving a training node needs five groups or more re-cut at once)
@@ -154,7 +153,7 @@ class _Search:
     def candidate(self, g: Group) -> Candidate:
         jobs = list(g[0])
         at = {j: i for i, j in enumerate(jobs)}
-        return _candidate(self.b, jobs, self.jobs[jobs[0]].train, [self.jobs[j].rollout for j in jobs],
+        return make_candidate(self.b, jobs, self.jobs[jobs[0]].train, [self.jobs[j].rollout for j in jobs],
                           [[at[j] for j in cls] for cls in g[1]], [0] * len(jobs))
 
     # ----- one window -------------------------------------------------------------------------

@@ -3,14 +3,22 @@ their real reason, and a plan that places fewer jobs says so."""
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import CandidateBuilder, _admissible
+from weave_rl.planner.optimize import plan_optimal
+from weave_rl.planner.pricing import price_exact
+from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
-from weave_rl.topology.topology import load_topology, topology_from_data
+from weave_rl.topology.topology import load_topology, node_of, topology_from_data
 from testbed import small_testbed  # tests/ is on sys.path under pytest
 
 # The ``local`` preset's shape on a machine with two devices: one node, 2 GPUs (fixed here, since
@@ -155,6 +163,76 @@ def test_past_the_pool_budget_the_bound_falls_back_and_says_so(monkeypatch):
     assert plan.lower_bound_usd_per_hour == pytest.approx(3 * NODE4 / 3.5, rel=0.01)
     assert plan.solver.status == "FEASIBLE"
     assert "more sets of jobs may time-share a pool than the 1 made columns" in plan.solver.note
+
+
+# ----- members on part of a group's training pool (spatial multiplexing) ---------------------------
+def spatial_jobs():
+    """The paper's spatial multiplexing: a 16 + 16-GPU job (rollout 160 s, train 402.3 s) and two
+    8 + 8-GPU jobs (rollout 400 s, train 160 s), SLO 1.2, every option one GPU count."""
+    def job(name, gpus, rollout, train):
+        return {"name": name, "params_b": 7, "slo": 1.2,
+                "rollout": {"gpus": gpus, "gpu_type": "H20", "duration_s": rollout, "host_mem_gb": 200},
+                "train": {"gpus": gpus, "gpu_type": "H800", "duration_s": train, "host_mem_gb": 200}}
+    return [job("big", 16, 160, 402.3), job("s1", 8, 400, 160), job("s2", 8, 400, 160)]
+
+
+@pytest.mark.parametrize("nodes,enumeration_budget", [(2, None), (4, None), (4, 0)])
+def test_narrow_members_take_one_node_each_of_a_wider_jobs_pools(nodes, enumeration_budget):
+    # Each small job rolls out on one H20 node and trains on one H800 node while the big job uses
+    # both nodes of each pool in turn: 2 x $14.80 + 2 x $42.24 = $114.08/h. Per node: rollout
+    # 160 + 400 s, train 402.3 + 160 s, each plus two warm switches (0.782 s), within the cycle;
+    # the cycle is the big job's own loop, 160 + 402.3 + 5.773 s sync = 568.073 s, under every cap
+    # (1.2 x solo: 681.7 s and 678.8 s). Apart, the small jobs' trains could not share one node
+    # with the big job's, and the plan was $156.32/h on 4 + 4 nodes (the big job colocated on two
+    # H800 nodes), with one job rejected on 2 + 2. The bound proves it, by the master over every
+    # candidate or by column generation (enumeration_budget 0), whose pricing knows such pools.
+    topo = small_testbed("spatial", nodes)
+    jobs = jobs_from_data({"jobs": spatial_jobs()}, "jobs.yaml")
+    kw = {} if enumeration_budget is None else {"enumeration_budget": enumeration_budget}
+    result = plan_optimal(PlanningModel(topo, jobs), time_limit_s=20, **kw)
+    plan = result.plan
+    assert not check_plan(plan, topo, jobs)
+    assert result.mode == ("colgen" if enumeration_budget == 0 else "enumerate")
+    assert not plan.rejected
+    assert plan.cost_usd_per_hour == pytest.approx(2 * 8 * 1.85 + 2 * 8 * 5.28)
+    assert plan.lower_bound_usd_per_hour == pytest.approx(plan.cost_usd_per_hour)
+    assert plan.solver.status == "OPTIMAL"
+    (group,) = plan.groups
+    assert group.cycle_s == pytest.approx(160 + 402.3 + 5.773)
+    trains = {j.name: {node_of(g) for g in j.phase("train").gpus} for j in group.jobs}
+    rollouts = {j.name: {node_of(g) for g in j.phase("rollout").gpus} for j in group.jobs}
+    for nodes_of in (trains, rollouts):
+        assert len(nodes_of["big"]) == 2 and nodes_of["s1"] | nodes_of["s2"] == nodes_of["big"]
+        assert len(nodes_of["s1"]) == len(nodes_of["s2"]) == 1 and nodes_of["s1"] != nodes_of["s2"]
+
+
+def test_pricing_finds_groups_whose_members_train_on_different_gpu_counts():
+    # Hetero jobs train on 8, 16 or 32 H800 GPUs, some with a choice: the exact pricing's least
+    # reduced cost per leader equals the enumeration's, groups with mixed counts included.
+    jobs = generate("Hetero", 8, 3)
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    builder = CandidateBuilder(model, ids, 5, max_configs_per_set=10_000, max_rollout_combos=10_000)
+    rng = np.random.default_rng(3)
+    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+    cands = builder.build() + [c for spare in builder.reserve.values() for c in spare]
+    assert builder.complete
+    assert sum(1 for c in cands if len({t.gpus for t in c.trains}) > 1) >= 50
+    least: dict[int, float] = {}
+    for c in cands:
+        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
+        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
+    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
+    assert priced.proven
+    assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
+    assert min(c.cost - sum(value[j] for j in c.jobs) for c in priced.columns) == pytest.approx(min(least.values()))
+
+
+def test_the_halves_bound_is_used_only_where_pools_have_one_training_gpu_count():
+    jobs = spatial_jobs()
+    model = PlanningModel(small_testbed("spatial", 4), jobs_from_data({"jobs": jobs}, "jobs.yaml"))
+    assert not CandidateBuilder(model, [0, 1, 2], 5).uniform_pools()
+    assert CandidateBuilder(model, [1, 2], 5).uniform_pools()
 
 
 # ----- the floor: optimal against every baseline, on random small instances ----------------------

@@ -13,8 +13,8 @@ import pytest
 
 from weave_rl.planner.columns import FreeNodes, group_timetable, materialize
 from weave_rl.planner.halves import decomposed_plan
+from weave_rl.planner.optimal import make_candidate
 from weave_rl.planner.optimize import _candidate_column
-from weave_rl.planner.pricing import _candidate
 from weave_rl.planner.regroup import eligible, regroup
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
@@ -51,7 +51,7 @@ def test_regroup_by_hand():
     model, builder = builder_for(uniform_jobs(20))
     assert eligible(builder)
     train, rollout = builder.train_opts[0][0], builder.rollout_opts[0][0]
-    start = [_candidate(builder, list(range(4 * g, 4 * g + 4)), train, [rollout] * 4, [[0, 1], [2, 3]], [0] * 4)
+    start = [make_candidate(builder, list(range(4 * g, 4 * g + 4)), train, [rollout] * 4, [[0, 1], [2, 3]], [0] * 4)
              for g in range(5)]
     assert sum(g.cost for g in start) == pytest.approx(5 * (TRAIN_NODE + 2 * ROLLOUT_NODE))
     better = regroup(builder, start, time.perf_counter() + 5)
@@ -65,7 +65,7 @@ def test_regroup_forms_only_timetabled_groups():
     # start has one): the optimum without them together still costs $346.56.
     model, builder = builder_for(uniform_jobs(20))
     train, rollout = builder.train_opts[0][0], builder.rollout_opts[0][0]
-    start = [_candidate(builder, list(range(4 * g, 4 * g + 4)), train, [rollout] * 4, [[0, 1], [2, 3]], [0] * 4)
+    start = [make_candidate(builder, list(range(4 * g, 4 * g + 4)), train, [rollout] * 4, [[0, 1], [2, 3]], [0] * 4)
              for g in range(5)]
     asked = []
 
@@ -95,5 +95,5 @@ def test_regroup_leaves_multi_node_jobs_alone():
     model, builder = builder_for(uniform_jobs(6, rollout_gpus=16))
     assert not eligible(builder)
     train, rollout = builder.train_opts[0][0], builder.rollout_opts[0][0]
-    start = [_candidate(builder, [j], train, [rollout], [[0]], [0]) for j in builder.job_ids]
+    start = [make_candidate(builder, [j], train, [rollout], [[0]], [0]) for j in builder.job_ids]
     assert regroup(builder, start, time.perf_counter() + 2) == start
