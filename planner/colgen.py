@@ -62,6 +62,7 @@ class LpMaster:
         self.nodes = {c: spec.nodes for c, spec in topo.clusters.items()}
         self.columns: list[Column] = []
         self.last_x: list[float] = []  # the dive's last LP solution
+        self.closed: set[int] = set()  # columns held at zero (``close``)
         self._build()
 
     def _build(self, lenient: bool = False) -> None:
@@ -88,6 +89,13 @@ class LpMaster:
             self.add(column)
         for i in fixed:
             self.vars[i].SetLb(1)
+        self.close(self.closed)
+
+    def close(self, indices) -> None:
+        """Hold these columns at zero from now on (dives and roundings may not use them)."""
+        for i in indices:
+            self.vars[i].SetUb(0)
+        self.closed |= set(indices)
 
     def add(self, column: Column) -> None:
         self.columns.append(column)
@@ -297,7 +305,7 @@ def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, firs
         if reduced < -EPS:
             order = sorted(range(len(group)), key=lambda p: group[p])
             where = {p: i for i, p in enumerate(order)}
-            cand = make_candidate(builder, [group[p] for p in order], trains[group[0]],
+            cand = make_candidate(builder, [group[p] for p in order], [trains[group[p]] for p in order],
                                   [rollouts[p] for p in order], [sorted(where[p] for p in c.members) for c in classes])
             if cand not in found or reduced < found[cand][0]:
                 found[cand] = (reduced, cand)

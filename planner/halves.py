@@ -194,7 +194,8 @@ def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1
                 return [], bound  # a class that does not fit its pool's cap: no plan from here
             for i, f in zip(positions, first):
                 offsets[i] = f
-        groups.append(make_candidate(builder, jobs, train[jobs[0]], [rollouts[j] for j in jobs], classes_at, offsets))
+        groups.append(make_candidate(builder, jobs, [train[j] for j in jobs], [rollouts[j] for j in jobs], classes_at,
+                                     offsets))
     return groups, bound
 
 

@@ -16,6 +16,7 @@ How the master picks candidates and the bound it proves: planner/optimize.py.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -295,20 +296,63 @@ class CandidateBuilder:
 def class_layout(opts: list[PhaseOption], cap: float, node_mem_gb: float) -> tuple[int, ...] | None:
     """Place each phase of a rollout class (or a training pool) on a run of consecutive nodes among
     its ``max(nodes)`` nodes so that every node's busy time (with warm switches where shared) and
-    host memory fit. Exhaustive over the runs' first nodes (groups are small); None when no layout
-    fits."""
+    host memory fit; None when no layout fits."""
     width = max(o.nodes for o in opts)
-    best = None
-    for layout in itertools.product(*[range(width - o.nodes + 1) for o in opts]):
-        users: list[list[PhaseOption]] = [[] for _ in range(width)]
-        for o, first in zip(opts, layout):
-            for n in range(first, first + o.nodes):
-                users[n].append(o)
-        busy = max(sum(o.duration_s + (o.switch_s if len(u) > 1 else 0) for o in u) for u in users)
-        mem = max(sum(o.host_mem_gb for o in u) for u in users)
-        if busy <= cap + 1e-9 and mem <= node_mem_gb and (best is None or busy < best[0]):
-            best = (busy, layout)
-    return None if best is None else best[1]
+    if sum(o.duration_s * o.nodes for o in opts) > (cap + 1e-9) * width:
+        return None  # more busy time than the nodes have, on any layout
+    need, layout = least_busy_layout(tuple(opts), node_mem_gb)
+    return layout if need <= cap + 1e-9 else None
+
+
+@functools.lru_cache(maxsize=100_000)
+def least_busy_layout(opts: tuple[PhaseOption, ...], node_mem_gb: float) -> tuple[float, tuple[int, ...] | None]:
+    """The layout of least busiest-node time whose host memory fits, and that time (inf, None when
+    none fits). Exhaustive over the runs' first nodes (groups are small); cached, since it does not
+    depend on the cap: pricing asks for the same classes under every leader."""
+    width = max(o.nodes for o in opts)
+    shared = len(opts) > 1
+    if all(o.nodes == width for o in opts):  # every phase on every node
+        busy = sum(o.duration_s + (o.switch_s if shared else 0) for o in opts)
+        fits = sum(o.host_mem_gb for o in opts) <= node_mem_gb
+        return (busy, (0,) * len(opts)) if fits else (math.inf, None)
+    # Depth first, widest phases first, identical phases at non-decreasing first nodes; a branch
+    # whose busiest node (switches not yet counted) already exceeds the best is cut. Ties go to the
+    # lexicographically least layout, as a plain enumeration in order would give.
+    n = len(opts)
+    order = sorted(range(n), key=lambda i: -opts[i].nodes)
+    busy, switch, users, mem = [0.0] * width, [0.0] * width, [0] * width, [0.0] * width
+    first = [0] * n
+    best: list = [math.inf, None]
+
+    def place(k: int) -> None:
+        if k == n:
+            worst = max(b + (s if c > 1 else 0.0) for b, s, c in zip(busy, switch, users))
+            if worst < best[0] - 1e-12 or (worst <= best[0] + 1e-12 and tuple(first) < best[1]):
+                best[0], best[1] = worst, tuple(first)
+            return
+        i = order[k]
+        o = opts[i]
+        start = first[order[k - 1]] if k and opts[order[k - 1]] == o else 0
+        for f in range(start, width - o.nodes + 1):
+            nodes = range(f, f + o.nodes)
+            if any(mem[u] + o.host_mem_gb > node_mem_gb for u in nodes) or \
+                    any(busy[u] + o.duration_s > best[0] + 1e-12 for u in nodes):
+                continue
+            for u in nodes:
+                busy[u] += o.duration_s
+                switch[u] += o.switch_s
+                users[u] += 1
+                mem[u] += o.host_mem_gb
+            first[i] = f
+            place(k + 1)
+            for u in nodes:
+                busy[u] -= o.duration_s
+                switch[u] -= o.switch_s
+                users[u] -= 1
+                mem[u] -= o.host_mem_gb
+
+    place(0)
+    return best[0], best[1]
 
 
 # ----- decoding -----------------------------------------------------------------------------

@@ -334,7 +334,7 @@ def _solve_lp(s: _Solve) -> None:
             incumbent=s.objective(s.hint) if s.hint else None, price=s.result.mode == "colgen",
             dive_s=budget.lasting(DIVE), near_s=budget.lasting(NEAR),
             dive_unproven=not phases_apart(builder),  # else the plan by halves starts the master
-            stall=(budget.by(STALL_AFTER), budget.lasting(STALL_WINDOW)) if fallback else None)
+            stall=(budget.by(STALL_AFTER), budget.lasting(STALL_WINDOW)) if fallback else None, banned=s.banned)
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
         s.say(str(exc))
         s.result.stats["lp_trouble"] = str(exc)
@@ -744,7 +744,8 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
 
 def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
                        incumbent: float | None = None, price: bool = True, dive_s: float = 0.0, near_s: float = 0.0,
-                       dive_unproven: bool = True, stall: tuple[float, float] | None = None):
+                       dive_unproven: bool = True, stall: tuple[float, float] | None = None,
+                       banned: set[int] | None = None):
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
     Returns the best Lagrangian bound (None when no pricing was proven). Without ``dive_unproven``
     an LP whose pricing never completed is not dived on (the caller has a better start then). With
@@ -761,6 +762,25 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
     greedy = True
     history: list[tuple[float, float]] = []  # (time, LP value) per round
     near_duals = None  # the duals at which column generation stopped converged
+    # Pools whose members train at one GPU count first (a far quicker search where jobs have several
+    # counts); once their LP is optimal, pools of mixed counts too. Only a pricing over the whole
+    # model proves a bound of it.
+    mixed = False
+    covers = builder.uniform_pools()
+    # Groups of mixed counts without a round robin within their caps are in the LP (its bound is the
+    # model's) but closed to its dives and to the integer master: the candidate rules are looser for
+    # them (on 100 Hetero jobs CP-SAT proved several infeasible or could not decide them, and the
+    # master's plans failed verification).
+    unverified: list[Column] = []
+
+    def added(cands: list[Candidate]) -> list[Column]:
+        fresh = [c for c in (_candidate_column(cand, charge) for cand in cands) if add(c)]
+        for column in fresh:
+            if len({t.gpus for t in column.candidate.trains}) > 1:
+                members, _ = materialize(model, column, FreeNodes(model.topology))
+                if not group_timetable(model, members, time_limit_s=0.0, threads=1).ok:
+                    unverified.append(column)
+        return fresh
     # Exact pricing is pure Python: with threads to spare, worker processes share the leaders.
     pool = PricingPool(builder, threads) if price and threads > 1 and len(job_ids) >= PARALLEL_JOBS else None
     try:
@@ -784,11 +804,16 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
             how = "greedy"
             if not fresh:  # search exactly, stopping early while columns abound
                 pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation,
-                                 pool=pool)
-                if pr.proven:
+                                 pool=pool, mixed=mixed)
+                if pr.proven and covers:
                     best = max(best, value + max(k_groups * pr.rc_lower_bound, pr.rc_sum_bound or -math.inf))
-                fresh = [c for c in (_candidate_column(cand, charge) for cand in pr.columns) if add(c)]
-                how = "exact" + (", proven" if pr.proven else "")
+                fresh = added(pr.columns)
+                how = "exact" + (", proven" if pr.proven else "") + (", mixed pools" if mixed else "")
+                if not fresh and pr.proven and not covers:
+                    say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal over pools of one "
+                        "training GPU count; now pools of mixed counts too")
+                    mixed = covers = True
+                    continue
                 if not fresh and pr.proven:
                     best = max(best, value)
                     say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal")
@@ -812,10 +837,10 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         if near_duals is not None and time.perf_counter() < deadline:
             # Integer plans need columns the LP did not: collect those of small reduced cost.
             value, pi, mu = near_duals
-            near = price_exact(builder, pi, mu, extra=charge, max_columns=NEAR_COLUMNS, pool=pool,
+            near = price_exact(builder, pi, mu, extra=charge, max_columns=NEAR_COLUMNS, pool=pool, mixed=mixed,
                                deadline=min(deadline, time.perf_counter() + near_s),
                                threshold=NEAR_SHARE * value / max(1, len(job_ids)) * builder.k)
-            near_columns = [c for c in (_candidate_column(cand, charge) for cand in near.columns) if add(c)]
+            near_columns = added(near.columns)
             for column in near_columns:
                 lp.add(column)
             say(f"columns near the LP optimum: +{len(near_columns)}")
@@ -823,6 +848,13 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
         if pool is not None:
             pool.close()
     result.stats["lp_value"] = value
+    index = {id(column): i for i, column in enumerate(lp.columns)}
+    closed = [index[id(column)] for column in unverified]
+    lp.close(closed)
+    if banned is not None:
+        banned.update(closed)
+    if closed:
+        say(f"{len(closed)} groups of mixed training GPU counts without a round robin closed to dives and master")
     state = None
     if value is not None:
         try:

@@ -43,6 +43,15 @@ def partitions(n: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
     return tuple(sorted((tuple(tuple(c) for c in p) for p in set_partitions(list(range(n)))), key=len))
 
 
+@functools.lru_cache(maxsize=None)
+def partition_masks(n: int) -> tuple[tuple[int, ...], ...]:
+    """``partitions(n)`` with each class as a bit mask of its members."""
+    return tuple(tuple(sum(1 << i for i in cls) for cls in part) for part in partitions(n))
+
+
+_UNSEEN = object()
+
+
 @dataclass
 class Pricing:
     columns: list[Candidate]
@@ -56,8 +65,13 @@ class Pricing:
 
 def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, float], *,
                 extra: dict[int, float], deadline: float, max_columns: int = 300, stop_after: int | None = None,
-                rotation: dict | None = None, threshold: float = 0.0, pool: "PricingPool | None" = None) -> Pricing:
+                rotation: dict | None = None, threshold: float = 0.0, pool: "PricingPool | None" = None,
+                mixed: bool = True) -> Pricing:
     """All groups of negative reduced cost (the ``max_columns`` most negative) and a proven bound.
+
+    Without ``mixed``, only groups whose members train at one GPU count (a far smaller search where
+    jobs have several counts: column generation converges on them first); its bound is then a
+    bound of those groups only, unless ``builder.uniform_pools()``.
 
     With ``stop_after``, the search stops once it has found that many columns (nothing proven):
     early column-generation rounds need columns, not proofs. ``rotation`` (kept by the caller)
@@ -74,7 +88,7 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
     rotation = rotation if rotation is not None else {}
     parts = pool.workers if pool is not None else 1
     args = [(pi, mu, extra, deadline, None if stop_after is None else max(1, stop_after // parts),
-             rotation.get(part, {}), threshold, part, parts) for part in range(parts)]
+             rotation.get(part, {}), threshold, part, parts, mixed) for part in range(parts)]
     if pool is not None:
         results = pool.map(args)
     else:
@@ -102,7 +116,8 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
     return Pricing([c for c, _ in ranked], rc_min, True, visited, rc_sum)
 
 
-def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, rotation, threshold, part, parts):
+def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, rotation, threshold, part, parts,
+                mixed=True):
     """One share of the search: the leaders whose position is ``part`` modulo ``parts`` (and the
     single-job groups in share 0). Returns (found, proven, visited, least singleton rc, rotation,
     leaders), ``leaders`` the least reduced cost of the groups each job leads (None when the search
@@ -127,14 +142,17 @@ def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, 
     widths: dict[str, set[int]] = {}
     for t in (t for j in builder.job_ids for t in builder.train_opts[j]):
         widths.setdefault(t.cluster, set()).add(t.nodes)
-    keys: dict[tuple, list[int]] = {}  # (GPU type, cluster, pool width) -> jobs with an option that fits it
+    # (GPU type, cluster, pool width, GPU count or None for any option that fits) -> its jobs
+    keys: dict[tuple, list[int]] = {}
     if builder.k >= 2:
         for j in builder.job_ids:
             if value[j] > EPS:
                 for t in builder.train_opts[j]:
-                    for width in widths[t.cluster]:
-                        if width >= t.nodes and j not in keys.setdefault((t.gpu_type, t.cluster, width), []):
-                            keys[(t.gpu_type, t.cluster, width)].append(j)
+                    pools = [(t.gpu_type, t.cluster, w, None) for w in widths[t.cluster] if w >= t.nodes] \
+                        if mixed else [(t.gpu_type, t.cluster, t.nodes, t.gpus)]
+                    for key in pools:
+                        if j not in keys.setdefault(key, []):
+                            keys[key].append(j)
     complete = True
     for key, members in sorted(keys.items()):
         if len(members) >= 2 and not search.run(key, members):
@@ -197,6 +215,8 @@ class _Leader(NamedTuple):
     fixed: float  # the training pool's cost
     big: dict  # job -> its own class's cost when its rollout exceeds half the cap, else 0
     top_w: list
+    wide: dict  # job -> whether it has a training option as wide as the pool
+    wide_after: list  # per position in cands: whether a wide job comes at or after it
 
 
 class _Search:
@@ -233,7 +253,7 @@ class _Search:
                 continue
             m = ctx.leader
             if not self._dfs(ctx, [m], 0, ctx.tau[m], ctx.mem[m], self.value[m], ctx.area[m],
-                             ctx.cheapest[m], ctx.big[m]):
+                             ctx.cheapest[m], ctx.big[m], ctx.wide[m]):
                 self.rotation[key] = li + 1  # the next call starts after this leader
                 return False
         return True
@@ -241,8 +261,9 @@ class _Search:
     def _pool_setup(self, key: tuple, pool: list[int]) -> tuple:
         """Leaders' order (by cap), and what every leader's context needs, once per training pool."""
         b = self.b
-        _, cluster, width = key
-        trains = {j: [t for t in b.train_opts[j] if t.cluster == cluster and t.nodes <= width] for j in pool}
+        _, cluster, width, gpus = key
+        trains = {j: [t for t in b.train_opts[j] if t.cluster == cluster and t.nodes <= width
+                      and gpus in (None, t.gpus)] for j in pool}
         tau = {j: min((t.duration_s + t.switch_s) * t.nodes / width for t in trains[j]) for j in pool}
         mem = {j: min(t.host_mem_gb * t.nodes / width for t in trains[j]) for j in pool}
         order = sorted(pool, key=lambda j: (b.cap[j], j))
@@ -261,9 +282,12 @@ class _Search:
         # member holds alone, at most W - 1 of W: the node-time a group needs is at least the sum of
         # its shares less (W - 1) / W of the largest switch, which is within ``cap`` on average.
         width = key[2]
-        limit = cap + TOL + (width - 1) / width * max(t.switch_s for j in order[li:] for t in trains[j])
+        narrow = [t for j in order[li:] for t in trains[j] if t.nodes < width]
+        limit = cap + TOL + ((width - 1) / width * max(t.switch_s for j in order[li:] for t in trains[j])
+                             if narrow else 0.0)
         self._classes = {}
         self._layouts = {}
+        self._cap = cap
         opts = {}
         for j in order[li:]:
             ok = [o for o in b.rollout_opts[j] if any(b.loop_s(j, t, o) <= cap + TOL for t in trains[j])]
@@ -279,7 +303,15 @@ class _Search:
             at = np.array([position[j] for j in others])
             beaten = dominates[np.ix_(at, at)].sum(axis=0)
             others = [j for j, n in zip(others, beaten) if n < b.k - 1]
-        cands = sorted(others, key=lambda j: -self.value[j])
+        # A group on this pool has a member as wide as it (narrower groups are another pool's): when
+        # the leader is narrow, wide jobs come first, and a branch past them with none is cut.
+        wide = {j: any(t.nodes == width for t in trains[j]) for j in opts}
+        if not any(wide.values()):
+            return None
+        cands = sorted(others, key=lambda j: (not wide[m] and not wide[j], -self.value[j]))
+        wide_after = [False] * (len(cands) + 1)
+        for i in range(len(cands) - 1, -1, -1):
+            wide_after[i] = wide_after[i + 1] or wide[cands[i]]
         cheapest = {j: min(self.price[o.cluster] * o.nodes for o in opts[j]) for j in opts}
         area = {j: min(self.price[o.cluster] * o.nodes * o.duration_s / cap for o in opts[j]) for j in opts}
         v = [self.value[j] for j in cands]
@@ -293,7 +325,7 @@ class _Search:
         top_u = _suffix_top(u, b.k - 1)
         fixed = self.price[key[1]] * width
         return _Leader(m, key, trains, tau, mem, train_mem_cap, cap, limit, opts, cands, cheapest, area, top_v, top_u,
-                       fixed, big, top_w)
+                       fixed, big, top_w, wide, wide_after)
 
     def _dominance(self, order: list[int], trains, width: int) -> np.ndarray:
         """``D[a, b]``: job ``order[a]`` is at least as good as ``order[b]`` as a member of any group
@@ -323,7 +355,7 @@ class _Search:
         np.fill_diagonal(better, False)
         return better
 
-    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum) -> bool:
+    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide) -> bool:
         """Depth-first over the leader's candidates in order; False when time or the column quota
         ran out. The hot loop of column generation: everything it reads is bound to locals once per
         leader (a closure), which halves its time against attribute and tuple lookups per node."""
@@ -339,21 +371,25 @@ class _Search:
         area_c = [area[j] for j in cands]
         cheap_c = [cheapest[j] for j in cands]
         big_c = [big[j] for j in cands]
+        wide_c = [ctx.wide[j] for j in cands]
+        wide_after = ctx.wide_after
         leaf = self._leaf
 
-        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum) -> bool:
+        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide) -> bool:
             self.visited += 1
             if self.visited % 2000 == 0 and time.perf_counter() > deadline:
                 return False
             if stop_after is not None and len(found) >= stop_after:
                 return False
-            if len(group) >= 2 and fixed - gain + max(min_class, area_sum, big_sum) < threshold:
+            if len(group) >= 2 and has_wide and fixed - gain + max(min_class, area_sum, big_sum) < threshold:
                 leaf(ctx, group)
             room = k - len(group)
             if room == 0:
                 return True
             left = room - 1
             for i in range(start, n):
+                if not has_wide and not wide_after[i]:
+                    break  # no wide job left: no group on this pool from here
                 if busy + tau_c[i] > limit or mem + mem_c[i] > mem_cap:
                     continue
                 g2, a2, w2 = gain + value_c[i], area_sum + area_c[i], big_sum + big_c[i]
@@ -361,11 +397,12 @@ class _Search:
                 v, u, w = top_v[i + 1][left], top_u[i + 1][left], top_w[i + 1][left]
                 if fixed - g2 + max(c2 - v, a2 - u, w2 - w) >= threshold:
                     continue
-                if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2):
+                if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2,
+                             has_wide or wide_c[i]):
                     return False
             return True
 
-        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum)
+        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide)
 
     def _leaf(self, ctx, group: list[int]) -> None:
         """Exact cost of the group: every layout of its members' training options on the pool (the
@@ -375,12 +412,15 @@ class _Search:
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
         budget = gain - ctx.fixed + self.threshold + EPS  # rollout classes must cost less for rc < threshold
+        costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
             train_offsets = self._pool_layout(ctx, trains)
             if train_offsets is None:
                 continue
             opts = {j: [o for o in ctx.opts[j] if b.loop_s(j, t, o) <= cap + TOL] for j, t in zip(jobs, trains)}
-            if all(opts.values()):
+            choices = tuple(tuple(map(id, opts[j])) for j in jobs)
+            if all(opts.values()) and choices not in costed:
+                costed.add(choices)
                 self._leaf_rollouts(ctx, jobs, trains, train_offsets, opts, gain, budget)
 
     def _pool_layout(self, ctx, trains: tuple) -> tuple[int, ...] | None:
@@ -406,10 +446,13 @@ class _Search:
                 return
         best = None
         for rollouts in itertools.product(*[opts[j] for j in jobs]):
-            for part in partitions(len(jobs)):
+            fits: dict[int, tuple | None] = {}  # per class (a bit mask of members), asked once per choice
+            for part, masks in zip(partitions(len(jobs)), partition_masks(len(jobs))):
                 cost, offsets, nodes = 0.0, [0] * len(jobs), {key[1]: key[2]}
-                for cls in part:
-                    fit = self._class(cap, tuple((jobs[i], rollouts[i]) for i in cls))
+                for cls, mask in zip(part, masks):
+                    fit = fits.get(mask, _UNSEEN)
+                    if fit is _UNSEEN:
+                        fit = fits[mask] = self._class([(jobs[i], rollouts[i]) for i in cls])
                     if fit is None:
                         break
                     cluster, width, layout = fit
@@ -457,9 +500,11 @@ class _Search:
         at = (ctx.key, ctx.leader)
         self.best[at] = min(rc, self.best.get(at, rc))
 
-    def _class(self, cap: float, members: tuple) -> tuple[str, int, tuple[int, ...]] | None:
-        """(cluster, width, layout) of one rollout class at this cap, or None; cached per leader."""
-        key = (cap, members)
+    def _class(self, members: list) -> tuple[str, int, tuple[int, ...]] | None:
+        """(cluster, width, layout) of one rollout class (its (job, option) pairs) at the leader's
+        cap, or None; cached per leader (options by identity: the builder holds them)."""
+        cap = self._cap
+        key = tuple((j, id(o)) for j, o in members)
         if key not in self._classes:
             chosen = [o for _, o in members]
             cluster = chosen[0].cluster

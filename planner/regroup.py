@@ -153,7 +153,7 @@ class _Search:
     def candidate(self, g: Group) -> Candidate:
         jobs = list(g[0])
         at = {j: i for i, j in enumerate(jobs)}
-        return make_candidate(self.b, jobs, self.jobs[jobs[0]].train, [self.jobs[j].rollout for j in jobs],
+        return make_candidate(self.b, jobs, [self.jobs[j].train for j in jobs], [self.jobs[j].rollout for j in jobs],
                           [[at[j] for j in cls] for cls in g[1]], [0] * len(jobs))
 
     # ----- one window -------------------------------------------------------------------------
