@@ -61,6 +61,14 @@ pairs goes on in a forked process until 84 % of the limit while the plan by halv
 with one thread fewer (on one thread it stops at 30 % instead), and its Lagrangian bound with the
 halves', by whole nodes, is the bound.
 
+Where jobs train at several GPU counts on a cluster (Hetero), column generation prices groups whose
+members train at one count first (their LP settles in seconds), then every pool, members on parts
+of it included (planner/pricing.py ``mixed``): only that pricing's bound is the model's. Groups of
+mixed counts whose round robin misses a cap stay in the LP (the bound needs them) but are closed to
+its dives and banned from the master: the candidate rules are loose for them (on 100 Hetero jobs
+CP-SAT proved several infeasible or could not decide them, and masters that chose them failed
+verification: $4.3k/h repaired against $3.5k planned).
+
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left after every round, so the columns that complete a partial plan exist when they are needed;
 that plan is the hint of the integer master. Then it dives again from the same LP, ranking the

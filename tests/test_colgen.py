@@ -103,6 +103,18 @@ def test_column_generation_bound_never_exceeds_the_enumerated_optimum(seed):
     assert plan.cost_usd_per_hour <= make_plan(TESTBED, jobs, policy="weave").cost_usd_per_hour + 1e-6
 
 
+def test_a_closed_column_stays_at_zero_even_when_the_lp_is_rebuilt():
+    # Job 0 in a $10/h column and a $30/h one: the LP takes the cheap one until it is closed.
+    lp = LpMaster([0], TESTBED, penalty=1000.0)
+    lp.add(Column((0,), (("rollout", 1),), 10.0))
+    lp.add(Column((0,), (("rollout", 1),), 30.0))
+    assert lp.solve()[0] == pytest.approx(10.0)
+    lp.close([0])
+    assert lp.solve()[0] == pytest.approx(30.0)
+    lp._build()  # what numerical trouble does
+    assert lp.solve()[0] == pytest.approx(30.0) and lp.values() == [0.0, 1.0]
+
+
 def test_lagrangian_bound_is_the_lp_value_at_the_optimum():
     jobs = generate("BL", 8, 3)
     model, builder = builder_for(jobs)

@@ -3,6 +3,9 @@ their real reason, and a plan that places fewer jobs says so."""
 
 from __future__ import annotations
 
+import itertools
+import math
+import random
 import time
 
 import numpy as np
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.optimal import CandidateBuilder, _admissible
+from weave_rl.planner.optimal import CandidateBuilder, PhaseOption, _admissible, class_layout, least_busy_layout
 from weave_rl.planner.optimize import plan_optimal
 from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
@@ -226,6 +229,63 @@ def test_pricing_finds_groups_whose_members_train_on_different_gpu_counts():
     assert priced.proven
     assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
     assert min(c.cost - sum(value[j] for j in c.jobs) for c in priced.columns) == pytest.approx(min(least.values()))
+
+
+def test_pricing_without_mixed_pools_finds_the_least_one_count_groups():
+    # Column generation's first stage: only groups whose members train at one GPU count.
+    jobs = generate("Hetero", 8, 3)
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    builder = CandidateBuilder(model, ids, 5, max_configs_per_set=10_000, max_rollout_combos=10_000)
+    rng = np.random.default_rng(3)
+    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+    one_count = [c for c in builder.build() + [c for spare in builder.reserve.values() for c in spare]
+                 if len({t.gpus for t in c.trains}) == 1]
+    least: dict[int, float] = {}
+    for c in one_count:
+        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
+        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
+    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, mixed=False)
+    assert priced.proven and priced.columns
+    assert all(len({t.gpus for t in c.trains}) == 1 for c in priced.columns)
+    assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
+
+
+def plain_layout(opts, node_mem_gb):
+    """The least busiest-node layout by plain enumeration of every first node, in order."""
+    width = max(o.nodes for o in opts)
+    best = (math.inf, None)
+    for layout in itertools.product(*[range(width - o.nodes + 1) for o in opts]):
+        users = [[] for _ in range(width)]
+        for o, first in zip(opts, layout):
+            users[first:first + o.nodes] = [u + [o] for u in users[first:first + o.nodes]]
+        busy = max(sum(o.duration_s + (o.switch_s if len(u) > 1 else 0) for o in u) for u in users)
+        if max(sum(o.host_mem_gb for o in u) for u in users) <= node_mem_gb and busy < best[0]:
+            best = (busy, layout)
+    return best
+
+
+def test_least_busy_layout_is_the_plain_enumerations():
+    rng = random.Random(0)
+    for _ in range(1500):
+        pool = [PhaseOption(8 * k, "H20", "r", k, float(rng.choice([50, 80, 100, 150])), rng.choice([0.5, 1.0]),
+                            float(rng.choice([100, 200, 300]))) for k in (1, 1, 2, 2, 3, 4)]
+        opts = tuple(rng.choice(pool) for _ in range(rng.randint(2, 5)))
+        node_mem = rng.choice([400.0, 600.0, 2000.0])
+        busy, layout = least_busy_layout(opts, node_mem)
+        expected_busy, expected = plain_layout(opts, node_mem)
+        assert layout == expected
+        assert busy == pytest.approx(expected_busy) if layout is not None else busy == math.inf
+
+
+def test_a_pool_of_one_wide_and_two_narrow_trains_by_hand():
+    # Two 2-node trains of 100 s and two 1-node trains of 150 s on a 2-node pool: the narrow ones
+    # on different nodes, 100 + 100 + 150 s plus three switches of 1 s each per node.
+    wide = PhaseOption(16, "H800", "t", 2, 100.0, 1.0, 10.0)
+    narrow = PhaseOption(8, "H800", "t", 1, 150.0, 1.0, 10.0)
+    assert least_busy_layout((wide, narrow, wide, narrow), 100.0) == (353.0, (0, 0, 0, 1))
+    assert class_layout([wide, narrow, wide, narrow], 352.9, 100.0) is None
+    assert class_layout([wide, narrow, narrow], 300.0, 15.0) is None  # 2 x 10 GB on a node of 15
 
 
 def test_the_halves_bound_is_used_only_where_pools_have_one_training_gpu_count():
