@@ -11,4 +11,5 @@ EXAMPLES = {  # plan file -> (topology file or preset, jobs file)
     "micro-c.yaml": (INPUTS / "micro-c.topology.yaml", INPUTS / "micro-c.jobs.yaml"),
     "seed-a100-32.yaml": ("a100-32", INPUTS / "seed.jobs.yaml"),
     "mixed-20.yaml": ("weave-testbed", INPUTS / "mixed-20.jobs.yaml"),
+    "spatial.yaml": (INPUTS / "spatial.topology.yaml", INPUTS / "spatial.jobs.yaml"),
 }
