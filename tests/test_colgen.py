@@ -25,6 +25,7 @@ from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology
+from testbed import least_per_leader  # tests/ is on sys.path under pytest
 
 TESTBED = load_topology("weave-testbed")
 ALONE = 8 * 5.28 + 8 * 1.85
@@ -65,11 +66,7 @@ def test_per_leader_bound_sums_each_leaders_least_reduced_cost(family, seed):
     model, builder = builder_for(jobs)
     rng = np.random.default_rng(seed)
     value = {j: float(rng.uniform(20, 60)) for j in builder.job_ids}
-    cands = builder.build() + [c for spare in builder.reserve.values() for c in spare]
-    least: dict[int, float] = {}
-    for c in cands:
-        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
-        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
+    least = least_per_leader(builder, builder.build() + [c for spare in builder.reserve.values() for c in spare], value)
     pr = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
     assert pr.proven
     assert pr.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)

@@ -22,7 +22,7 @@ from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology, node_of, topology_from_data
-from testbed import small_testbed  # tests/ is on sys.path under pytest
+from testbed import least_per_leader, small_testbed  # tests/ is on sys.path under pytest
 
 # The ``local`` preset's shape on a machine with two devices: one node, 2 GPUs (fixed here, since
 # the preset itself follows the machine it runs on).
@@ -209,9 +209,12 @@ def test_narrow_members_take_one_node_each_of_a_wider_jobs_pools(nodes, enumerat
         assert len(nodes_of["s1"]) == len(nodes_of["s2"]) == 1 and nodes_of["s1"] != nodes_of["s2"]
 
 
-def test_pricing_finds_groups_whose_members_train_on_different_gpu_counts():
-    # Hetero jobs train on 8, 16 or 32 H800 GPUs, some with a choice: the exact pricing's least
-    # reduced cost per leader equals the enumeration's, groups with mixed counts included.
+@pytest.mark.parametrize("mixed", [True, False])
+def test_pricing_finds_each_leaders_least_group_with_and_without_mixed_pools(mixed):
+    # Hetero jobs train on 8, 16 or 32 H800 GPUs, some with a choice. Over every pool the exact
+    # pricing's least reduced cost per leader equals the enumeration's, groups whose members train
+    # at different counts included; without mixed pools (column generation's first stage), the
+    # least over groups of one count.
     jobs = generate("Hetero", 8, 3)
     model = PlanningModel(TESTBED, jobs)
     _, ids = _admissible(model)
@@ -221,34 +224,12 @@ def test_pricing_finds_groups_whose_members_train_on_different_gpu_counts():
     cands = builder.build() + [c for spare in builder.reserve.values() for c in spare]
     assert builder.complete
     assert sum(1 for c in cands if len({t.gpus for t in c.trains}) > 1) >= 50
-    least: dict[int, float] = {}
-    for c in cands:
-        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
-        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
-    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
+    least = least_per_leader(builder, [c for c in cands if mixed or len({t.gpus for t in c.trains}) == 1], value)
+    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, mixed=mixed)
     assert priced.proven
+    assert mixed or all(len({t.gpus for t in c.trains}) == 1 for c in priced.columns)
     assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
     assert min(c.cost - sum(value[j] for j in c.jobs) for c in priced.columns) == pytest.approx(min(least.values()))
-
-
-def test_pricing_without_mixed_pools_finds_the_least_one_count_groups():
-    # Column generation's first stage: only groups whose members train at one GPU count.
-    jobs = generate("Hetero", 8, 3)
-    model = PlanningModel(TESTBED, jobs)
-    _, ids = _admissible(model)
-    builder = CandidateBuilder(model, ids, 5, max_configs_per_set=10_000, max_rollout_combos=10_000)
-    rng = np.random.default_rng(3)
-    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
-    one_count = [c for c in builder.build() + [c for spare in builder.reserve.values() for c in spare]
-                 if len({t.gpus for t in c.trains}) == 1]
-    least: dict[int, float] = {}
-    for c in one_count:
-        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
-        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
-    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, mixed=False)
-    assert priced.proven and priced.columns
-    assert all(len({t.gpus for t in c.trains}) == 1 for c in priced.columns)
-    assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
 
 
 def plain_layout(opts, node_mem_gb):

@@ -25,3 +25,13 @@ def builder_for(jobs, k=5):
     model = PlanningModel(TESTBED, jobs)
     _, ids = _admissible(model)
     return model, CandidateBuilder(model, ids, k)
+
+
+def least_per_leader(builder, candidates, value) -> dict[int, float]:
+    """Per leader (a group's member of smallest cycle cap, ties by index), the least reduced cost
+    ``cost - sum of values`` of a candidate it leads, at most 0: what pricing's per-leader bound sums."""
+    least: dict[int, float] = {}
+    for c in candidates:
+        leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
+        least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
+    return least
