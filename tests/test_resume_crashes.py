@@ -21,7 +21,9 @@ def completed(out) -> int:
 
 def test_three_controller_crashes_at_random_moments_then_resume(tmp_path):
     rng = random.Random(7)
-    plan, jobs = write_inputs(tmp_path / "in", steps=600, epochs=4, hidden=128)
+    # Rollouts of 6,000 decoding steps: the 12 iterations left after the last crash point outlast its
+    # 0.4 s delay (at 600 steps a faster machine ran them in under 0.1 s).
+    plan, jobs = write_inputs(tmp_path / "in", steps=6000, epochs=4, hidden=128)
     out = tmp_path / "run"
     n = 14
     first = [*WEAVE, "run", str(plan), "--jobs", str(jobs), "--iterations", str(n), "--no-plots", "--out", str(out)]
