@@ -31,7 +31,7 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from weave_rl.planner.columns import Column, Incumbent, objective_units
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, make_candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate
 from weave_rl.topology.topology import Topology
 
 EPS = 1e-6

@@ -103,7 +103,8 @@ from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import improve
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
-                             colocated_costs, make_candidate, group_plan, packing_half_bounds, packing_lower_bound, work_lower_bound)
+                             colocated_costs, group_plan, make_candidate, packing_half_bounds, packing_lower_bound,
+                             work_lower_bound)
 from weave_rl.planner.pricing import PricingPool, price_exact
 from weave_rl.planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
 from weave_rl.planner.regroup import eligible, regroup

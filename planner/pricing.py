@@ -15,9 +15,10 @@ can have a negative reduced cost; the bound uses two facts: each member needs a 
 least as dear as its cheapest one, and a class of cap ``C`` runs at most ``C`` seconds of rollout per
 cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``; and a class holds at
 most one rollout longer than ``C / 2``, so each such member pays at least its own class. Leaves that pass the
-bound are costed exactly: every choice of rollout options and partition into classes, laid out by
-``class_layout`` (planner/optimal.py), the candidate rules, which lay out the training pool too. The search is therefore exact for the
-whole candidate space; when it runs out of time it proves nothing.
+bound are costed exactly: every layout of their trains on the pool, every choice of rollout options
+and partition into classes, laid out by ``class_layout`` (planner/optimal.py), the candidate rules.
+The search is therefore exact for the whole candidate space; when it runs out of time it proves
+nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from weave_rl.planner.model import TIME_TOL as TOL
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, make_candidate, set_partitions
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, class_layout, make_candidate, set_partitions
 
 EPS = 1e-6
 
