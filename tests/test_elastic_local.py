@@ -222,7 +222,9 @@ def test_a_worker_killed_computing_a_migrated_tail_loses_no_response(tmp_path):
     from weave_rl.executor.local.run import run_plan_local
 
     folder = tmp_path / "in"
-    topo_file, jobs_file, plan_file = write_inputs(folder, steps=3000, hidden=128)
+    # Prompt groups of ~0.2-0.6 s: the kill lands right after the migration decision, and a group
+    # that finishes within that instant is reported done, not regenerated (seen once with ~0.1-0.3 s).
+    topo_file, jobs_file, plan_file = write_inputs(folder, steps=6000, hidden=128)
     plan, topo, jobs = load_run_inputs(plan_file, jobs_file, str(topo_file))
     killed: list[str] = []
 
