@@ -6,7 +6,9 @@ Definitions (``metrics``):
   sync end; ``steady_iteration_s``: mean gap between consecutive rollout starts over the second
   half of its iterations (what the plan's ``iteration_s`` predicts); ``slo_met``: ``iteration_s <=
   slo * solo_sampled_s``, the solo iteration of the same sampled (and drifted) phase durations moved
-  to the job's solo GPUs, plus its solo sync (``solo_iteration_s`` is the profile's, at the median).
+  to the job's solo GPUs, plus its solo sync and its share of the one cold start a solo run pays
+  too (the first rollout's warm-up, which ``iteration_s`` counts from the first permit)
+  (``solo_iteration_s`` is the profile's, at the median).
 - ``$/h``: the price of the nodes of the groups that hold live jobs, as a step function of time;
   time-averaged over the run and its peak; GPUs held per cluster likewise.
 - Per cluster: ``utilization`` = compute GPU-seconds / held GPU-seconds, ``switch_share`` = warm
@@ -71,7 +73,10 @@ def job_metrics(controller: Controller) -> dict[str, dict]:
         solo = model.solo_iteration_s(spec)
         rollout_gpus, train_gpus = model.solo_placement(spec)
         sampled = work.get(name)
-        solo_sampled = (sampled + model.sync_s(spec, train_gpus, rollout_gpus)) if sampled is not None else solo
+        # A solo run pays the same one cold start (its first rollout's warm-up, counted in
+        # ``iteration`` from the permit on) once over its n iterations.
+        cold = model.max_switch_s(spec, "rollout", rollout_gpus) / n
+        solo_sampled = (sampled + model.sync_s(spec, train_gpus, rollout_gpus) + cold) if sampled is not None else solo
         entry = controller.job_plans.get(name)
         planned = entry[1].iteration_s if entry else math.nan
         iteration = (last - st.first_start) / n

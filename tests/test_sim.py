@@ -91,6 +91,20 @@ def test_warm_switch_when_a_gpu_changes_job():
     assert [x["switch_s"] for x in rows(r, "A", "train")] == pytest.approx([0.0, 0.0, 0.0])
 
 
+def test_a_job_alone_at_slo_one_meets_it_with_its_cold_start():
+    """The first rollout's warm-up (1.0 s, as above) is paid once by a solo run too: at SLO 1.0 the
+    job alone on its solo nodes meets its SLO exactly, its iteration 1/3 s over rollout + train + sync."""
+    from weave_rl.executor.outputs import job_metrics
+
+    jobs = JobSet(jobs=[job("A", rollout_mem=256.0, slo=1.0)])
+    r = simulate_plan(plan_of(solo_group("A", 0)), topo(), jobs, iterations=3, rules=STATIC, model=NO_SHARE)
+    sync = rows(r, "A", "sync")[0]["duration_s"]
+    assert rows(r, "A", "rollout")[0]["start_s"] == pytest.approx(1.0)
+    m = job_metrics(r.controller)["A"]
+    assert m["iteration_s"] == pytest.approx(150 + sync + 1 / 3)
+    assert m["solo_sampled_s"] == pytest.approx(m["iteration_s"]) and m["slo_met"]
+
+
 FAIR = SimModel(link_policy="fair")
 
 
