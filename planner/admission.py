@@ -30,7 +30,8 @@ import math
 from dataclasses import dataclass, field
 
 from weave_rl.planner.colocated import colocated_options
-from weave_rl.planner.model import SLO_TOL, PlanningModel, ceil_ms
+from weave_rl.planner.model import PlanningModel, ceil_ms
+from weave_rl.planner.rules import fits_memory, group_cap, meets_slo, member_cap
 from weave_rl.planner.optimal import PhaseOption, phase_options
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, PhaseTime, group_plan, round_robin_timetable
@@ -167,11 +168,10 @@ class AdmissionPlanner:
         for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
             for node in {node_of(g) for g in gpus}:
                 need[node] = need.get(node, 0.0) + m.job.phase(kind).host_mem_gb
-        return all(self.mem.get(n, 0.0) + gb <= self.topology.node(n).host_mem_gb * (1 + 1e-9)
-                   for n, gb in need.items())
+        return all(fits_memory(self.mem.get(n, 0.0) + gb, self.topology.node(n).host_mem_gb) for n, gb in need.items())
 
     def _cap(self, job: JobSpec) -> float:
-        return job.slo * self.model.solo_of(job)
+        return member_cap(self.model, job)
 
     def _busy_s(self, job: JobSpec, kind: str, gpus: tuple[str, ...]) -> float:
         """The phase's duration plus its warm switch on these GPUs (cached by shape: the same for
@@ -185,7 +185,7 @@ class AdmissionPlanner:
 
     def _summarize(self, group: _Group) -> None:
         group.train_busy = sum(self._busy_s(m.job, "train", m.train_gpus) for m in group.members)
-        group.cap = min(self._cap(m.job) for m in group.members)
+        group.cap = group_cap(self._cap(m.job) for m in group.members)
         group.rollout_busy = {}
         for m in group.members:
             busy = self._busy_s(m.job, "rollout", m.rollout_gpus)
@@ -262,10 +262,10 @@ class AdmissionPlanner:
             return None
         limit = min(group.cap, cap)
         busy = group.train_busy + self._busy_s(job, "train", gpus)
-        if busy > limit * (1 + SLO_TOL):
+        if not meets_slo(busy, limit):
             return None
         train_nodes = {node_of(g) for g in gpus}
-        if any(self.mem.get(n, 0.0) + job.train.host_mem_gb > self.topology.node(n).host_mem_gb * (1 + 1e-9)
+        if any(not fits_memory(self.mem.get(n, 0.0) + job.train.host_mem_gb, self.topology.node(n).host_mem_gb)
                for n in train_nodes):
             return None
         return limit - busy
@@ -288,7 +288,7 @@ class AdmissionPlanner:
             for run in runs:
                 gpus = tuple(g for n in run for g in topo.node(n).gpu_ids)[:option.gpus]
                 busy = self._busy_s(job, "rollout", gpus)
-                if any(group.rollout_busy.get(n, 0.0) + busy > limit * (1 + SLO_TOL) for n in run):
+                if any(not meets_slo(group.rollout_busy.get(n, 0.0) + busy, limit) for n in run):
                     continue  # that node cannot run one more rollout per cycle
                 p = self._try(job, group, Member(job, gpus, group.train_gpus), [], 0.0)
                 if p is not None:
@@ -376,7 +376,7 @@ class AdmissionPlanner:
             self._trials -= 1
         members = (group.members if group else []) + [member]
         rr = round_robin_timetable(self.model, members)
-        if any(rr.cycle_s > self._cap(m.job) * (1 + SLO_TOL) for m in members):
+        if any(not meets_slo(rr.cycle_s, self._cap(m.job)) for m in members):
             return None
         before = self._group_load(group.members, group.cycle_s) if group else {}
         full = self._link_full(before, self._group_load(members, rr.cycle_s))
@@ -465,7 +465,7 @@ class AdmissionPlanner:
         group.nodes = [n for n in group.nodes if n in used]
         group.phases = {k: v for k, v in group.phases.items() if k != name}
         rr = round_robin_timetable(self.model, group.members)
-        if rr.cycle_s < group.cycle_s and all(rr.cycle_s <= self._cap(m.job) * (1 + SLO_TOL) for m in group.members):
+        if rr.cycle_s < group.cycle_s and all(meets_slo(rr.cycle_s, self._cap(m.job)) for m in group.members):
             group.cycle_s, group.phases = rr.cycle_s, rr.phases
         group.plan = None
         self._summarize(group)

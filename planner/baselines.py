@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from weave_rl.planner.model import PlanningModel, SLO_TOL
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.rules import fits_memory, meets_slo
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec, PhaseSpec
@@ -86,7 +87,7 @@ class _Ledger:
         for node, pins in self.pins(member).items():
             total = sum({**self.used.get(node, {}), **pins}.values())
             cap = self.topology.node(node).host_mem_gb
-            if total > cap * (1 + 1e-9):
+            if not fits_memory(total, cap):
                 raise Unplaceable(f"host memory of {node} would hold {total:.1f} GB, more than its {cap:g} GB")
 
     def add(self, member: Member) -> None:
@@ -220,7 +221,7 @@ class _Book:
         rr = round_robin_timetable(self.model, members)
         for m in members:
             limit = m.job.slo * self.solo(m.job)
-            if rr.cycle_s > limit * (1 + SLO_TOL):
+            if not meets_slo(rr.cycle_s, limit):
                 raise Unplaceable(f"iteration {rr.cycle_s:.1f} s would exceed {m.job.name}'s SLO "
                                   f"({m.job.slo:g} x solo {self.solo(m.job):.1f} s = {limit:.1f} s)")
         return rr
@@ -481,7 +482,7 @@ def _train_may_fit(book: _Book, job: JobSpec, group: _Group) -> bool:
     it only saves the timetable simulation (admission must stay fast with thousands of jobs)."""
     members = [m.job for m in group.members] + [job]
     busy = sum(book.train_busy(j, group.train_gpus) for j in members)
-    return busy <= min(j.slo * book.solo(j) for j in members) * (1 + SLO_TOL)
+    return meets_slo(busy, min(j.slo * book.solo(j) for j in members))
 
 
 def _fits_train(topology: Topology, job: JobSpec, group: _Group) -> bool:

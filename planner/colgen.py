@@ -32,6 +32,7 @@ from ortools.sat.python import cp_model
 
 from weave_rl.planner.columns import Column, Incumbent, objective_units
 from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate
+from weave_rl.planner.rules import TIME_TOL, fits_cap, fits_memory, load_s
 from weave_rl.topology.topology import Topology
 
 EPS = 1e-6
@@ -232,8 +233,8 @@ def price_greedy(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, 
     for key, members in keys.items():
         trains = {j: next(t for t in builder.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in members}
         # Per member, once per key: its train load and its rollout options with their loops.
-        info = {j: (trains[j].duration_s + trains[j].switch_s, trains[j].host_mem_gb,
-                    [(o, builder.loop_s(j, trains[j], o), o.duration_s + o.switch_s) for o in builder.rollout_opts[j]])
+        info = {j: (load_s(trains[j], True), trains[j].host_mem_gb,
+                    [(o, builder.loop_s(j, trains[j], o), load_s(o, True)) for o in builder.rollout_opts[j]])
                 for j in members}
         members.sort(key=lambda j: -value[j])
         for seed in members[:seeds]:
@@ -248,10 +249,10 @@ def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, firs
     train_cluster = key[1]
     train_mem_cap = topo.clusters[train_cluster].host_mem_gb
     caps = builder.cap
-    if builder.loop_s(seed, trains[seed], first) > caps[seed] + 1e-9:
+    if not fits_cap(builder.loop_s(seed, trains[seed], first), caps[seed]):
         return
     group, rollouts = [seed], [first]
-    classes = [_Class(first.cluster, first.nodes, [0], [first.duration_s + first.switch_s], first.host_mem_gb)]
+    classes = [_Class(first.cluster, first.nodes, [0], [load_s(first, True)], first.host_mem_gb)]
     cap = caps[seed]
     max_loop = builder.loop_s(seed, trains[seed], first)  # every member's loop must fit the group's cap
     train_busy, train_mem = info[seed][0], info[seed][1]
@@ -266,9 +267,10 @@ def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, firs
             if j in group:
                 continue
             new_cap = min(cap, caps[j])
-            limit = new_cap + 1e-9
+            limit = new_cap + TIME_TOL  # fits_cap, inline: the greedy's inner loop
             tau, mem, options = info[j]
-            if max_loop > limit or train_busy + tau > limit or train_mem + mem > train_mem_cap or shared > limit:
+            if max_loop > limit or train_busy + tau > limit or not fits_memory(train_mem + mem, train_mem_cap) \
+                    or shared > limit:
                 continue
             for o, loop, busy_o in options:
                 if loop > limit:
@@ -278,7 +280,7 @@ def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, firs
                 for ci, c in enumerate(classes):
                     if c.cluster != o.cluster or c.width != o.nodes:
                         continue
-                    if sum(c.busy) + busy_o <= limit and c.mem + o.host_mem_gb <= topo.clusters[o.cluster].host_mem_gb:
+                    if sum(c.busy) + busy_o <= limit and fits_memory(c.mem + o.host_mem_gb, topo.clusters[o.cluster].host_mem_gb):
                         target, added = ci, 0.0
                         break
                 score = value[j] - added
@@ -294,12 +296,12 @@ def _grow_greedy(builder, key, trains, info, pool, value, node_price, seed, firs
         train_mem += info[j][1]
         gain += value[j]
         if target is None:
-            classes.append(_Class(o.cluster, o.nodes, [len(group) - 1], [o.duration_s + o.switch_s], o.host_mem_gb))
+            classes.append(_Class(o.cluster, o.nodes, [len(group) - 1], [load_s(o, True)], o.host_mem_gb))
             rollout_cost += node_price[o.cluster] * o.nodes
         else:
             c = classes[target]
             c.members.append(len(group) - 1)
-            c.busy.append(o.duration_s + o.switch_s)
+            c.busy.append(load_s(o, True))
             c.mem += o.host_mem_gb
         reduced = fixed + rollout_cost - gain
         if reduced < -EPS:

@@ -14,7 +14,8 @@ import math
 import weakref
 from dataclasses import dataclass
 
-from weave_rl.planner.model import PlanningModel, SLO_TOL
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.rules import fits_memory, meets_slo, member_cap
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import Member, group_plan, round_robin_timetable
 from weave_rl.profiles.jobs import JobSpec
@@ -34,10 +35,10 @@ class Colocated:
     group: GroupPlan  # the group laid out on the cluster's first nodes
 
     def meets_slo(self, model: PlanningModel, job: JobSpec) -> bool:
-        return self.cycle_s <= job.slo * model.solo_of(job) * (1 + SLO_TOL)
+        return meets_slo(self.cycle_s, member_cap(model, job))
 
     def fits_nodes(self, model: PlanningModel) -> bool:
-        return self.mem_gb <= model.topology.clusters[self.cluster].host_mem_gb
+        return fits_memory(self.mem_gb, model.topology.clusters[self.cluster].host_mem_gb)
 
 
 def colocated_layouts(model: PlanningModel, job: JobSpec) -> list[Colocated]:
@@ -135,7 +136,7 @@ def _shared_pools(model: PlanningModel, jobs: list[JobSpec], max_group_size: int
             phases = c.group.jobs[0]
             busy = phases.phase("rollout").duration_s + phases.phase("train").duration_s
             by_layout.setdefault((c.cluster, c.gpus), []).append(
-                _Entry(job, busy, job.slo * model.solo_of(job) * (1 + SLO_TOL), c.mem_gb, c))
+                _Entry(job, busy, member_cap(model, job), c.mem_gb, c))
     sets: list[tuple[tuple[str, int], list[_Entry]]] = []
     complete = True
 
@@ -144,9 +145,9 @@ def _shared_pools(model: PlanningModel, jobs: list[JobSpec], max_group_size: int
         mem_cap = model.topology.clusters[layout[0]].host_mem_gb
         for i in range(start, len(entries)):
             e = entries[i]
-            if busy + e.busy_s > cap:
+            if not meets_slo(busy + e.busy_s, cap):
                 break  # sorted by busy time: every later job breaks the cap too
-            if busy + e.busy_s > e.cap_s or mem + e.mem_gb > mem_cap:
+            if not meets_slo(busy + e.busy_s, e.cap_s) or not fits_memory(mem + e.mem_gb, mem_cap):
                 continue
             if len(sets) >= POOL_BUDGET:
                 complete = False

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from weave_rl.planner.model import PlanningModel, SLO_TOL
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.rules import group_cap, meets_slo, member_cap
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import round_robin_timetable
 from weave_rl.planner.timetable import Member, PhaseTime, Timetable, phase_durations_ms, solve_timetable
@@ -113,10 +114,10 @@ def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s
     """Round robin first (constant time, Weave's meta-iteration), in the members' order, then in a
     few others (``member_orders``); the exact CP-SAT timetable when every one misses an SLO. Either
     way every member's cycle cap is met or the result is not ok."""
-    cap = min(m.job.slo * model.solo_of(m.job) for m in members)
+    cap = group_cap(member_cap(model, m.job) for m in members)
     for order in member_orders(model, members):
         rr = round_robin_timetable(model, [(m.job, m.rollout_gpus, m.train_gpus) for m in order])
-        if rr.cycle_s <= cap * (1 + SLO_TOL):
+        if meets_slo(rr.cycle_s, cap):
             phases = {name: {k: PhaseTime(p.start_s, p.duration_s) for k, p in ph.items()}
                       for name, ph in rr.phases.items()}
             return Timetable("FEASIBLE", rr.cycle_s, phases)

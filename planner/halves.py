@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from weave_rl.planner.model import TIME_TOL as TOL
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, make_candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, make_candidate
+from weave_rl.planner.rules import TIME_TOL as TOL, class_layout, fits_cap, fits_memory, group_cap, load_s
 
 EPS = 1e-7
 
@@ -99,13 +99,13 @@ def half(builder: CandidateBuilder, kind: str) -> "Packing":
         pieces[j] = []
         # Only options some candidate can use: the job's own loop within its cap on them.
         usable = [(t if kind == "train" else o) for t in builder.train_opts[j] for o in builder.rollout_opts[j]
-                  if builder.loop_s(j, t, o) <= builder.cap[j] + TOL]
+                  if fits_cap(builder.loop_s(j, t, o), builder.cap[j])]
         for o in dict.fromkeys(usable):
             # Its own loop on this option (at best) bounds the cap of any group it joins.
             loop = min(builder.loop_s(j, t, r) for t in builder.train_opts[j] for r in builder.rollout_opts[j]
                        if (t if kind == "train" else r) == o)
             p = Piece(j, (o.gpu_type, o.cluster, o.gpus) if kind == "train" else o.cluster, o.cluster, o.nodes,
-                      o.duration_s + o.switch_s, o.host_mem_gb, need_s=loop)
+                      load_s(o, True), o.host_mem_gb, need_s=loop)
             pieces[j].append(p)
             options[p] = o
     packing = Packing(kind, pieces, builder.cap, builder)
@@ -184,12 +184,12 @@ def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1
                 train[j], rollouts[j] = t, o
         jobs.sort()
         at = {j: i for i, j in enumerate(jobs)}
-        group_cap = min(builder.cap[j] for j in jobs)
+        least_cap = group_cap(builder.cap[j] for j in jobs)
         classes_at = [[at[j] for j in part] for part in parts]
         offsets = [0] * len(jobs)
         for part, positions in zip(parts, classes_at):
             opts = [rollouts[j] for j in part]
-            first = class_layout(opts, group_cap, builder.topo.clusters[opts[0].cluster].host_mem_gb)
+            first = class_layout(opts, least_cap, builder.topo.clusters[opts[0].cluster].host_mem_gb)
             if first is None:
                 return [], bound  # a class that does not fit its pool's cap: no plan from here
             for i, f in zip(positions, first):
@@ -204,7 +204,7 @@ def _unit_pieces(builder: CandidateBuilder, u: int, unit: list[tuple[int, PhaseO
     """A rollout class's pieces as an item of the training pools: one per training option its
     members share on which every member's loop and the class's layout fit the class's cap."""
     jobs = [j for j, _ in unit]
-    cap = min(builder.cap[j] for j in jobs)
+    cap = group_cap(builder.cap[j] for j in jobs)
     need = 0.0
     if len(unit) > 1:
         need = _class_need(builder, unit)
@@ -217,11 +217,11 @@ def _unit_pieces(builder: CandidateBuilder, u: int, unit: list[tuple[int, PhaseO
     for key in sorted(keys):
         trains = [next(t for t in builder.train_opts[j] if (t.gpu_type, t.cluster, t.gpus) == key) for j in jobs]
         loop = max(builder.loop_s(j, t, o) for (j, o), t in zip(unit, trains))
-        p = Piece(u, key, key[1], trains[0].nodes, sum(t.duration_s + t.switch_s for t in trains),
+        p = Piece(u, key, key[1], trains[0].nodes, sum(load_s(t, True) for t in trains),
                   sum(t.host_mem_gb for t in trains), tuple(jobs), rollout_cost, max(need, loop))
         # A class of two jobs or more already shares its pool: their trains must fit it too.
-        shared = len(jobs) == 1 or (p.busy_s <= cap + TOL and p.mem_gb <= builder.topo.clusters[key[1]].host_mem_gb)
-        if shared and p.need_s <= cap + TOL:
+        shared = len(jobs) == 1 or (fits_cap(p.busy_s, cap) and fits_memory(p.mem_gb, builder.topo.clusters[key[1]].host_mem_gb))
+        if shared and fits_cap(p.need_s, cap):
             found.append(p)
             trains_of[p] = trains
     return found
@@ -231,7 +231,7 @@ def _class_need(builder: CandidateBuilder, unit: list[tuple[int, PhaseOption]]) 
     """The least cap at which a class of these rollouts has a layout (None: not even at its members'
     least cap): its busiest node's time, searched over the layouts."""
     opts = [o for _, o in unit]
-    cap = min(builder.cap[j] for j, _ in unit)
+    cap = group_cap(builder.cap[j] for j, _ in unit)
     mem = builder.topo.clusters[opts[0].cluster].host_mem_gb
     first = class_layout(opts, cap, mem)
     if first is None:
@@ -241,7 +241,7 @@ def _class_need(builder: CandidateBuilder, unit: list[tuple[int, PhaseOption]]) 
     for o, f in zip(opts, first):
         for n in range(f, f + o.nodes):
             users[n].append(o)
-    return max(sum(o.duration_s + (o.switch_s if len(u) > 1 else 0) for o in u) for u in users)
+    return max(sum(load_s(o, len(u) > 1) for o in u) for u in users)
 
 
 class Packing:

@@ -90,12 +90,6 @@ class PlanningModel:
         return {job.name: self.solo_of(job) for job in self.jobs.jobs}
 
 
-# The one tolerance of the group rules (every module's checks of a cycle against ``slo * solo``
-# and of busy times against a cap): relative on caps, absolute in seconds on times; round-off only.
-SLO_TOL = 1e-9
-TIME_TOL = 1e-9
-
-
 def ceil_ms(seconds: float) -> float:
     """Round a duration up to whole milliseconds (plans are solved and written at that resolution)."""
     return math.ceil(seconds * 1000 - 1e-6) / 1000

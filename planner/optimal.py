@@ -5,7 +5,7 @@ cluster, as many as its widest member's training option) and a partition of the 
 rollout classes (jobs in a class share rollout nodes). In the pool as in a class, a narrower member
 takes a run of the nodes (the paper's spatial multiplexing: two 8-GPU jobs each on one node of a
 16-GPU job's pool), laid out so that every node's busy time fits (``class_layout``). A candidate
-survives when its loads fit under the group's largest admissible cycle ``min(slo * solo)``: each
+survives when it keeps the group rules of planner/rules.py under its cap ``min(slo * solo)``: each
 training and rollout node's busy time (warm switches included where shared), each job's own loop,
 and host memory per node. ``CandidateBuilder`` grows sets depth-first and prunes as soon as a necessary
 condition fails (all of them only get harder when a job is added); with a budget it gives up on
@@ -16,7 +16,6 @@ How the master picks candidates and the bound it proves: planner/optimize.py.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import random
@@ -27,6 +26,7 @@ from typing import Callable, Iterator
 from weave_rl.planner.colocated import colocated_options, shared_pools
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Rejection
+from weave_rl.planner.rules import TIME_TOL, class_layout, fits_cap, fits_memory, group_cap, load_s, member_cap
 from weave_rl.planner.timetable import Member, Timetable
 from weave_rl.profiles.jobs import JobSpec
 from weave_rl.topology.topology import Topology
@@ -153,7 +153,7 @@ class CandidateBuilder:
         self.topo = model.topology
         self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
         self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}
-        self.cap = {j: self.jobs[j].slo * model.solo[self.jobs[j].name] for j in job_ids}
+        self.cap = {j: member_cap(model, self.jobs[j]) for j in job_ids}
         self.widest: dict[str, int] = {}
         for t in (t for j in job_ids for t in self.train_opts[j]):
             self.widest[t.cluster] = max(t.nodes, self.widest.get(t.cluster, 1))
@@ -207,8 +207,8 @@ class CandidateBuilder:
 
     def _may_fit(self, group: list[int]) -> bool:
         """Necessary conditions that only get harder as jobs are added (safe to prune on)."""
-        cap = min(self.cap[j] for j in group)
-        if cap < 1e-9:
+        cap = group_cap(self.cap[j] for j in group)
+        if cap < TIME_TOL:
             return False
         shared = len(group) > 1
         # A pool's nodes carry its members' train time and host memory: per node on average at most
@@ -217,12 +217,11 @@ class CandidateBuilder:
         for j in group:
             best_loop = min((self.loop_s(j, t, r) for t in self.train_opts[j] for r in self.rollout_opts[j]),
                             default=math.inf)
-            if best_loop > cap + 1e-9:
+            if not fits_cap(best_loop, cap):
                 return False
-            min_train += min(((t.duration_s + (t.switch_s if shared else 0)) * self.pool_share(t)
-                              for t in self.train_opts[j]), default=math.inf)
+            min_train += min((load_s(t, shared) * self.pool_share(t) for t in self.train_opts[j]), default=math.inf)
             min_mem += min((t.host_mem_gb * self.pool_share(t) for t in self.train_opts[j]), default=math.inf)
-        return min_train <= cap + 1e-9 and min_mem <= max(c.host_mem_gb for c in self.topo.clusters.values())
+        return fits_cap(min_train, cap) and fits_memory(min_mem, max(c.host_mem_gb for c in self.topo.clusters.values()))
 
     def uniform_pools(self) -> bool:
         """Every training option of a cluster has one GPU count, so no pool mixes members' widths
@@ -238,14 +237,14 @@ class CandidateBuilder:
         return train.nodes / self.widest[train.cluster]
 
     def _configs(self, group: list[int]) -> list[Candidate]:
-        cap = min(self.cap[j] for j in group)
+        cap = group_cap(self.cap[j] for j in group)
         found: list[Candidate] = []
         pools = set.intersection(*[{t.cluster for t in self.train_opts[j]} for j in group])
         mem = self.topo.clusters
         for cluster in sorted(pools):
             # Each member's (train, rollout) pairs whose own loop fits the cap, on this pool's cluster.
             pairs = [[(t, r) for t in self.train_opts[j] if t.cluster == cluster for r in self.rollout_opts[j]
-                      if self.loop_s(j, t, r) <= cap + 1e-9] for j in group]
+                      if fits_cap(self.loop_s(j, t, r), cap)] for j in group]
             combos = list(itertools.islice(itertools.product(*pairs), self.max_combos + 1))
             if len(combos) > self.max_combos:
                 self.complete = False
@@ -291,68 +290,6 @@ class CandidateBuilder:
             out.append(make_candidate(self, group, list(trains), list(rollouts), [list(c) for c in part],
                                       [offsets[i] for i in range(len(group))], list(train_offsets)))
         return out
-
-
-def class_layout(opts: list[PhaseOption], cap: float, node_mem_gb: float) -> tuple[int, ...] | None:
-    """Place each phase of a rollout class (or a training pool) on a run of consecutive nodes among
-    its ``max(nodes)`` nodes so that every node's busy time (with warm switches where shared) and
-    host memory fit; None when no layout fits."""
-    width = max(o.nodes for o in opts)
-    if sum(o.duration_s * o.nodes for o in opts) > (cap + 1e-9) * width:
-        return None  # more busy time than the nodes have, on any layout
-    need, layout = least_busy_layout(tuple(opts), node_mem_gb)
-    return layout if need <= cap + 1e-9 else None
-
-
-@functools.lru_cache(maxsize=100_000)
-def least_busy_layout(opts: tuple[PhaseOption, ...], node_mem_gb: float) -> tuple[float, tuple[int, ...] | None]:
-    """The layout of least busiest-node time whose host memory fits, and that time (inf, None when
-    none fits). Exhaustive over the runs' first nodes (groups are small); cached, since it does not
-    depend on the cap: pricing asks for the same classes under every leader."""
-    width = max(o.nodes for o in opts)
-    shared = len(opts) > 1
-    if all(o.nodes == width for o in opts):  # every phase on every node
-        busy = sum(o.duration_s + (o.switch_s if shared else 0) for o in opts)
-        fits = sum(o.host_mem_gb for o in opts) <= node_mem_gb
-        return (busy, (0,) * len(opts)) if fits else (math.inf, None)
-    # Depth first, widest phases first, identical phases at non-decreasing first nodes; a branch
-    # whose busiest node (switches not yet counted) already exceeds the best is cut. Ties go to the
-    # lexicographically least layout, as a plain enumeration in order would give.
-    n = len(opts)
-    order = sorted(range(n), key=lambda i: -opts[i].nodes)
-    busy, switch, users, mem = [0.0] * width, [0.0] * width, [0] * width, [0.0] * width
-    first = [0] * n
-    best: list = [math.inf, None]
-
-    def place(k: int) -> None:
-        if k == n:
-            worst = max(b + (s if c > 1 else 0.0) for b, s, c in zip(busy, switch, users))
-            if worst < best[0] - 1e-12 or (worst <= best[0] + 1e-12 and tuple(first) < best[1]):
-                best[0], best[1] = worst, tuple(first)
-            return
-        i = order[k]
-        o = opts[i]
-        start = first[order[k - 1]] if k and opts[order[k - 1]] == o else 0
-        for f in range(start, width - o.nodes + 1):
-            nodes = range(f, f + o.nodes)
-            if any(mem[u] + o.host_mem_gb > node_mem_gb for u in nodes) or \
-                    any(busy[u] + o.duration_s > best[0] + 1e-12 for u in nodes):
-                continue
-            for u in nodes:
-                busy[u] += o.duration_s
-                switch[u] += o.switch_s
-                users[u] += 1
-                mem[u] += o.host_mem_gb
-            first[i] = f
-            place(k + 1)
-            for u in nodes:
-                busy[u] -= o.duration_s
-                switch[u] -= o.switch_s
-                users[u] -= 1
-                mem[u] -= o.host_mem_gb
-
-    place(0)
-    return best[0], best[1]
 
 
 # ----- decoding -----------------------------------------------------------------------------
@@ -405,7 +342,7 @@ def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
     topo = model.topology
     for j in job_ids:
         job = model.jobs.jobs[j]
-        cap = job.slo * model.solo[job.name]
+        cap = member_cap(model, job)
         best = math.inf
         for kind_pair in itertools.product(phase_options(model, job, "rollout"), phase_options(model, job, "train")):
             r, t = kind_pair
@@ -481,7 +418,7 @@ def _packing_charges(model: PlanningModel, job_ids: list[int], max_group_size: i
     for kind, by_job in options.items():
         items = {}
         for j, opts in by_job.items():
-            cap = jobs[j].slo * model.solo[jobs[j].name]
+            cap = member_cap(model, jobs[j])
             if opts:
                 items[j] = [(price[o.cluster] * o.nodes, min(1.0, max(0.0, (o.duration_s - 1e-3) / cap)))
                             for o in opts]

@@ -102,6 +102,7 @@ from weave_rl.planner.columns import Column, FreeNodes, Incumbent, group_timetab
 from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import improve
 from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.rules import fits_cap
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
                              colocated_costs, group_plan, make_candidate, packing_half_bounds, packing_lower_bound,
                              work_lower_bound)
@@ -734,7 +735,7 @@ def _singletons(builder: CandidateBuilder) -> list:
     out = []
     for j in builder.job_ids:
         pairs = [(t, o) for t in builder.train_opts[j] for o in builder.rollout_opts[j]
-                 if builder.loop_s(j, t, o) <= builder.cap[j] + 1e-9]
+                 if fits_cap(builder.loop_s(j, t, o), builder.cap[j])]
         if pairs:
             t, o = min(pairs, key=lambda p: builder.price[p[0].cluster] * p[0].nodes
                        + builder.price[p[1].cluster] * p[1].nodes)

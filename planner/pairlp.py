@@ -46,7 +46,7 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from weave_rl.planner.halves import half, phases_apart, solve_lp
-from weave_rl.planner.model import TIME_TOL as TOL
+from weave_rl.planner.rules import TIME_TOL as TOL, load_s
 from weave_rl.planner.optimal import CandidateBuilder
 from weave_rl.planner.regroup import eligible
 
@@ -199,7 +199,7 @@ def _three_fit(builder: CandidateBuilder) -> bool:
     by_cluster: dict[str, list[tuple[float, float]]] = {}
     for j in builder.job_ids:
         r = builder.rollout_opts[j][0]
-        by_cluster.setdefault(r.cluster, []).append((builder.cap[j], r.duration_s + r.switch_s))
+        by_cluster.setdefault(r.cluster, []).append((builder.cap[j], load_s(r, True)))
     for jobs in by_cluster.values():
         jobs.sort(key=lambda x: -x[0])  # by cap, largest first
         least = [math.inf, math.inf]  # the two least loads among jobs of larger cap
@@ -227,13 +227,13 @@ class PairLP:
         self.cap = np.array([builder.cap[j] for j in self.order])
         self.floor = np.array([max(builder.loop_s(j, t, r), t.duration_s, r.duration_s)
                                for j, t, r in zip(self.order, train, roll)])
-        self.tau = [t.duration_s + t.switch_s for t in train]
+        self.tau = [load_s(t, True) for t in train]
         self.tmem = [t.host_mem_gb for t in train]
         self.tkey = [(t.gpu_type, t.cluster, t.gpus) for t in train]
         self.t_mem_cap = [node_mem[t.cluster] for t in train]
         self.price_t = [builder.price[t.cluster] for t in train]
         self.price_r = np.array([builder.price[r.cluster] for r in roll])
-        load = np.array([r.duration_s + r.switch_s for r in roll])
+        load = np.array([load_s(r, True) for r in roll])
         rmem = np.array([r.host_mem_gb for r in roll])
         rcluster = np.array([r.cluster for r in roll])
         r_mem_cap = np.array([node_mem[r.cluster] for r in roll])

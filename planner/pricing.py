@@ -32,8 +32,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from weave_rl.planner.model import TIME_TOL as TOL
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, class_layout, make_candidate, set_partitions
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate, set_partitions
+from weave_rl.planner.rules import TIME_TOL as TOL, class_layout, fits_cap, load_s
 
 EPS = 1e-6
 
@@ -131,7 +131,7 @@ def _price_part(builder: CandidateBuilder, pi, mu, extra, deadline, stop_after, 
     for j in builder.job_ids if part == 0 else ():  # singletons
         for t in builder.train_opts[j]:
             for o in builder.rollout_opts[j]:
-                if builder.loop_s(j, t, o) <= builder.cap[j] + TOL:
+                if fits_cap(builder.loop_s(j, t, o), builder.cap[j]):
                     rc = node_price[t.cluster] * t.nodes + node_price[o.cluster] * o.nodes - value[j]
                     rc_min = min(rc_min, rc)
                     singles[j] = min(rc, singles.get(j, rc))
@@ -265,7 +265,7 @@ class _Search:
         _, cluster, width, gpus = key
         trains = {j: [t for t in b.train_opts[j] if t.cluster == cluster and t.nodes <= width
                       and gpus in (None, t.gpus)] for j in pool}
-        tau = {j: min((t.duration_s + t.switch_s) * t.nodes / width for t in trains[j]) for j in pool}
+        tau = {j: min(load_s(t, True) * t.nodes / width for t in trains[j]) for j in pool}
         mem = {j: min(t.host_mem_gb * t.nodes / width for t in trains[j]) for j in pool}
         order = sorted(pool, key=lambda j: (b.cap[j], j))
         dominates = self._dominance(order, trains, width)
@@ -291,7 +291,7 @@ class _Search:
         self._cap = cap
         opts = {}
         for j in order[li:]:
-            ok = [o for o in b.rollout_opts[j] if any(b.loop_s(j, t, o) <= cap + TOL for t in trains[j])]
+            ok = [o for o in b.rollout_opts[j] if any(fits_cap(b.loop_s(j, t, o), cap) for t in trains[j])]
             if ok and (j == m or (tau[m] + tau[j] <= limit and mem[m] + mem[j] <= train_mem_cap + TOL)):
                 opts[j] = ok
         if m not in opts or len(opts) < 2:
@@ -418,7 +418,7 @@ class _Search:
             train_offsets = self._pool_layout(ctx, trains)
             if train_offsets is None:
                 continue
-            opts = {j: [o for o in ctx.opts[j] if b.loop_s(j, t, o) <= cap + TOL] for j, t in zip(jobs, trains)}
+            opts = {j: [o for o in ctx.opts[j] if fits_cap(b.loop_s(j, t, o), cap)] for j, t in zip(jobs, trains)}
             choices = tuple(tuple(map(id, opts[j])) for j in jobs)
             if all(opts.values()) and choices not in costed:
                 costed.add(choices)
@@ -481,7 +481,7 @@ class _Search:
         cluster = options[0].cluster
         price = self.price[cluster]
         node_mem = self.b.topo.clusters[cluster].host_mem_gb
-        busy = [o.duration_s + o.switch_s for o in options]
+        busy = [load_s(o, True) for o in options]
         mem = [o.host_mem_gb for o in options]
         most = int(math.ceil((budget - EPS) / price)) - 1  # bins that still leave a negative rc
         big = sum(1 for x in busy if x > cap / 2 + TOL)

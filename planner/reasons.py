@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from weave_rl.planner.colocated import colocated_layouts
-from weave_rl.planner.model import PlanningModel, SLO_TOL as TOL
+from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.rules import SLO_TOL as TOL, fits_memory, meets_slo, member_cap
 from weave_rl.planner.optimal import PhaseOption, phase_options, sync_estimate
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import Member, round_robin_timetable
@@ -60,7 +61,7 @@ def not_placed_reason(model: PlanningModel, job: JobSpec, groups: Sequence[Group
 
 # ----- alone ------------------------------------------------------------------------------------
 def _alone_layouts(model: PlanningModel, job: JobSpec) -> list[_Alone]:
-    cap = job.slo * model.solo_of(job)
+    cap = member_cap(model, job)
     topo = model.topology
     out = []
     for o in phase_options(model, job, "rollout"):
@@ -70,7 +71,7 @@ def _alone_layouts(model: PlanningModel, job: JobSpec) -> list[_Alone]:
                 gpus[opt.cluster] = gpus.get(opt.cluster, 0) + opt.gpus
             loop = (o.duration_s + t.duration_s + sync_estimate(model, job, t, o)) / (1 + job.max_staleness)
             problem = _width(model, gpus)
-            if problem is None and loop > cap * (1 + TOL):
+            if problem is None and not meets_slo(loop, cap):
                 problem = f"alone its loop takes {loop:.1f} s, above its cap {_cap_text(model, job)}"
             out.append(_Alone(f"rollout on {o.gpus} {o.gpu_type} and train on {t.gpus} {t.gpu_type} GPUs",
                               tuple(sorted(gpus.items())), problem))
@@ -176,8 +177,8 @@ def _worst_member(model: PlanningModel, job: JobSpec, own: float, group: GroupPl
     loops[job.name] = own
     least = max(loops.values())
     longest = max(loops, key=loops.get)
-    worst = max(specs + [job], key=lambda s: least / (s.slo * model.solo_of(s)))
-    ratio = least / (worst.slo * model.solo_of(worst))
+    worst = max(specs + [job], key=lambda s: least / member_cap(model, s))
+    ratio = least / member_cap(model, worst)
     return ratio, (f"a cycle of at least {least:.1f} s ({longest}'s own loop), above {worst.name}'s cap "
                    f"{_cap_text(model, worst)} by {100 * (ratio - 1):.1f} %" if ratio > 1 + TOL else
                    f"a cycle of at least {least:.1f} s")
@@ -213,8 +214,8 @@ def _round_robin_join(model: PlanningModel, job: JobSpec, group: GroupPlan) -> t
             continue
         cycle = round_robin_timetable(model, members + [new]).cycle_s
         specs = [m.job for m in members] + [job]
-        worst = min(specs, key=lambda s: s.slo * model.solo_of(s))
-        ratio = cycle / (worst.slo * model.solo_of(worst))
+        worst = min(specs, key=lambda s: member_cap(model, s))
+        ratio = cycle / member_cap(model, worst)
         text = (f"a cycle of {cycle:.1f} s, above {worst.name}'s cap {_cap_text(model, worst)} by "
                 f"{100 * (ratio - 1):.1f} %" if ratio > 1 + TOL else f"a cycle of {cycle:.1f} s within every SLO")
         if best is None or ratio < best[0]:
@@ -228,7 +229,7 @@ def _memory_fits(model: PlanningModel, members: list[Member]) -> bool:
         for kind in ("rollout", "train"):
             for n in {node_of(g) for g in m.gpus(kind)}:
                 pinned.setdefault(n, {})[(m.job.name, kind)] = m.job.phase(kind).host_mem_gb
-    return all(sum(p.values()) <= model.topology.node(n).host_mem_gb * (1 + TOL) for n, p in pinned.items())
+    return all(fits_memory(sum(p.values()), model.topology.node(n).host_mem_gb) for n, p in pinned.items())
 
 
 def with_placement_note(note: str | None, placed: int, total: int) -> str | None:

@@ -35,7 +35,8 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, class_layout, make_candidate
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, PhaseOption, make_candidate
+from weave_rl.planner.rules import group_fits
 
 MS = 1000  # times in whole milliseconds (every duration is already rounded up to them)
 WINDOW_JOBS = 25  # jobs per window (saving a training node needs five groups or more re-cut at once)
@@ -223,26 +224,15 @@ class _Search:
             and a.rollout.host_mem_gb + b.rollout.host_mem_gb <= self.node_mem[a.rollout.cluster]
 
     def valid(self, g: Group) -> bool:
-        """The candidate rules of planner/optimal.py, checked again on the model's answer."""
+        """The group rules (planner/rules.py), checked again on the model's answer; regrouping
+        forms pools of one training option only."""
         jobs, classes = g
-        b = self.b
-        cap = min(b.cap[j] for j in jobs)
-        shared = len(jobs) > 1
         trains = [self.jobs[j].train for j in jobs]
-        if len({(t.gpu_type, t.cluster, t.gpus) for t in trains}) > 1 or len(jobs) > b.k:
+        if len({_key(t) for t in trains}) > 1:
             return False
-        if sum(t.duration_s + (t.switch_s if shared else 0) for t in trains) > cap + 1e-9 \
-                or sum(t.host_mem_gb for t in trains) > self.node_mem[trains[0].cluster]:
-            return False
-        if any(b.loop_s(j, self.jobs[j].train, self.jobs[j].rollout) > cap + 1e-9 for j in jobs):
-            return False
-        if sorted(j for cls in classes for j in cls) != sorted(jobs):
-            return False
-        for cls in classes:
-            opts = [self.jobs[j].rollout for j in cls]
-            if len({o.cluster for o in opts}) > 1 or class_layout(opts, cap, self.node_mem[opts[0].cluster]) is None:
-                return False
-        return True
+        at = {j: i for i, j in enumerate(jobs)}
+        return group_fits(self.b, list(jobs), trains, [self.jobs[j].rollout for j in jobs],
+                          [[at[j] for j in cls] for cls in classes])
 
 
 class _Window:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.optimal import CandidateBuilder, PhaseOption, _admissible, class_layout, least_busy_layout
+from weave_rl.planner.optimal import CandidateBuilder, PhaseOption, _admissible
+from weave_rl.planner.rules import class_layout, group_fits, least_busy_layout
 from weave_rl.planner.optimize import plan_optimal
 from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
@@ -267,6 +268,27 @@ def test_a_pool_of_one_wide_and_two_narrow_trains_by_hand():
     assert least_busy_layout((wide, narrow, wide, narrow), 100.0) == (353.0, (0, 0, 0, 1))
     assert class_layout([wide, narrow, wide, narrow], 352.9, 100.0) is None
     assert class_layout([wide, narrow, narrow], 300.0, 15.0) is None  # 2 x 10 GB on a node of 15
+
+
+def test_every_enumerated_candidate_keeps_the_group_rules_and_each_broken_rule_is_caught():
+    model = PlanningModel(small_testbed("spatial", 2), jobs_from_data({"jobs": spatial_jobs()}, "jobs.yaml"))
+    builder = CandidateBuilder(model, [0, 1, 2], 5)
+    cands = builder.build()
+    for c in cands:
+        assert group_fits(builder, c.jobs, c.trains, c.rollouts, c.classes)
+    full = next(c for c in cands if len(c.jobs) == 3)
+    # Rollouts in one class of 2 nodes: s1 and s2 (400 s) each on one of them with big's 160 s,
+    # 560 s plus switches per node, within the 678.8 s cap.
+    assert group_fits(builder, full.jobs, full.trains, full.rollouts, [[0, 1, 2]])
+    assert not group_fits(builder, full.jobs, full.trains, full.rollouts, [[0, 1]])  # a member without rollout nodes
+    other_cluster = [full.rollouts[0], *full.trains[1:]]  # a pool over two clusters
+    assert not group_fits(builder, full.jobs, other_cluster, full.rollouts, full.classes)
+    # s1 and s2 alone: their trains share one node (2 x 160 s), rollouts apart fit; both rollouts on
+    # one node take 800 s, over the 678.8 s cap.
+    assert group_fits(builder, [1, 2], full.trains[1:], full.rollouts[1:], [[0], [1]])
+    assert not group_fits(builder, [1, 2], full.trains[1:], full.rollouts[1:], [[0, 1]])
+    builder.cap[0] = 500.0  # under big's own loop, 160 + 402.3 + 5.773 s sync = 568.073 s
+    assert not group_fits(builder, full.jobs, full.trains, full.rollouts, full.classes)
 
 
 def test_the_halves_bound_is_used_only_where_pools_have_one_training_gpu_count():

@@ -1,0 +1,150 @@
+"""The group rules: when jobs may share a co-execution group, in one place.
+
+A group holds at most ``max_group_size`` jobs, a training pool (nodes of one cluster, as many as its
+widest member's option) and rollout classes (members that share rollout nodes, one cluster each);
+a narrower member takes a run of its pool's or class's nodes. Under the group's cap, the least
+``slo * solo`` of its members (``group_cap``), it may run when:
+
+1. every member's own loop (rollout, train, sync per cycle) fits the cap (``fits_cap``);
+2. on every node of the pool and of each class, the phases laid there (``class_layout``), each with
+   a warm switch where the node is shared (``load_s``), fit the cap, and their host memory fits the
+   node's (``fits_memory``);
+3. a timetable exists whose cycle meets every member's SLO (``meets_slo``): planner/columns.py
+   checks it on the groups a master chooses.
+
+``group_fits`` checks rules 1-2 on one group. Every module that forms groups decides by these
+functions: candidate enumeration and the one constructor (planner/optimal.py), exact and greedy
+pricing (pricing.py, colgen.py), the halves' and pairs' bounds (halves.py, pairlp.py: relaxations
+that keep necessary parts of the rules), regrouping (regroup.py), shared pools (colocated.py),
+admission (admission.py), the baselines (baselines.py) and the rejection reasons (reasons.py).
+Depth-first searches keep running sums for speed and compare them with ``fits_cap`` and
+``fits_memory``, or with ``TIME_TOL`` in vectorised form. The tolerances are round-off only: plans
+are solved at millisecond resolution and written in whole milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from weave_rl.planner.model import PlanningModel
+    from weave_rl.planner.optimal import CandidateBuilder, PhaseOption
+    from weave_rl.profiles.jobs import JobSpec
+
+SLO_TOL = 1e-9  # relative, on a cycle against ``slo * solo``
+TIME_TOL = 1e-9  # seconds, on busy times and loops against a cap
+MEM_TOL = 1e-9  # relative, on host memory against a node's
+
+
+def member_cap(model: "PlanningModel", job: "JobSpec") -> float:
+    """The longest cycle a job's SLO admits: ``slo`` times its solo iteration."""
+    return job.slo * model.solo_of(job)
+
+
+def group_cap(caps: Iterable[float]) -> float:
+    """A group's cycle serves every member: the least of their caps."""
+    return min(caps)
+
+
+def load_s(option: "PhaseOption", shared: bool) -> float:
+    """A phase's busy time on its nodes per cycle: its duration, and a warm switch where shared."""
+    return option.duration_s + (option.switch_s if shared else 0.0)
+
+
+def fits_cap(seconds, cap):
+    """A busy time or loop within a cap (floats or numpy arrays)."""
+    return seconds <= cap + TIME_TOL
+
+
+def meets_slo(cycle_s: float, cap: float) -> bool:
+    """A timetable's cycle within a member's cap."""
+    return cycle_s <= cap * (1 + SLO_TOL)
+
+
+def fits_memory(gb: float, node_gb: float) -> bool:
+    """Host memory pinned on a node within the node's."""
+    return gb <= node_gb * (1 + MEM_TOL)
+
+
+def class_layout(opts: Sequence["PhaseOption"], cap: float, node_mem_gb: float) -> tuple[int, ...] | None:
+    """Rule 2 for one rollout class (or training pool): each phase's first node on a run of
+    consecutive nodes among the ``max(nodes)`` nodes, so that every node's load and host memory
+    fit; None when no layout fits."""
+    width = max(o.nodes for o in opts)
+    if not fits_cap(sum(o.duration_s * o.nodes for o in opts), cap * width):
+        return None  # more busy time than the nodes have, on any layout
+    need, layout = least_busy_layout(tuple(opts), node_mem_gb)
+    return layout if fits_cap(need, cap) else None
+
+
+@functools.lru_cache(maxsize=100_000)
+def least_busy_layout(opts: tuple["PhaseOption", ...], node_mem_gb: float) -> tuple[float, tuple[int, ...] | None]:
+    """The layout of least busiest-node time whose host memory fits, and that time (inf, None when
+    none fits). Exhaustive over the runs' first nodes (groups are small); cached, since it does not
+    depend on the cap: pricing asks for the same classes under every leader."""
+    width = max(o.nodes for o in opts)
+    shared = len(opts) > 1
+    if all(o.nodes == width for o in opts):  # every phase on every node
+        busy = sum(load_s(o, shared) for o in opts)
+        fits = fits_memory(sum(o.host_mem_gb for o in opts), node_mem_gb)
+        return (busy, (0,) * len(opts)) if fits else (math.inf, None)
+    # Depth first, widest phases first, identical phases at non-decreasing first nodes; a branch
+    # whose busiest node (switches not yet counted) already exceeds the best is cut. Ties go to the
+    # lexicographically least layout, as a plain enumeration in order would give.
+    n = len(opts)
+    order = sorted(range(n), key=lambda i: -opts[i].nodes)
+    busy, switch, users, mem = [0.0] * width, [0.0] * width, [0] * width, [0.0] * width
+    first = [0] * n
+    best: list = [math.inf, None]
+
+    def place(k: int) -> None:
+        if k == n:
+            worst = max(b + (s if c > 1 else 0.0) for b, s, c in zip(busy, switch, users))
+            if worst < best[0] - 1e-12 or (worst <= best[0] + 1e-12 and tuple(first) < best[1]):
+                best[0], best[1] = worst, tuple(first)
+            return
+        i = order[k]
+        o = opts[i]
+        start = first[order[k - 1]] if k and opts[order[k - 1]] == o else 0
+        for f in range(start, width - o.nodes + 1):
+            nodes = range(f, f + o.nodes)
+            if any(not fits_memory(mem[u] + o.host_mem_gb, node_mem_gb) for u in nodes) or \
+                    any(busy[u] + o.duration_s > best[0] + 1e-12 for u in nodes):
+                continue
+            for u in nodes:
+                busy[u] += o.duration_s
+                switch[u] += o.switch_s
+                users[u] += 1
+                mem[u] += o.host_mem_gb
+            first[i] = f
+            place(k + 1)
+            for u in nodes:
+                busy[u] -= o.duration_s
+                switch[u] -= o.switch_s
+                users[u] -= 1
+                mem[u] -= o.host_mem_gb
+
+    place(0)
+    return best[0], best[1]
+
+
+def group_fits(builder: "CandidateBuilder", jobs: Sequence[int], trains: Sequence["PhaseOption"],
+               rollouts: Sequence["PhaseOption"], classes: Sequence[Sequence[int]]) -> bool:
+    """Rules 1-2 on one group: ``trains`` and ``rollouts`` per member, ``classes`` as positions in
+    ``jobs`` (every position in exactly one)."""
+    if not jobs or len(jobs) > builder.k or sorted(i for c in classes for i in c) != list(range(len(jobs))):
+        return False
+    cap = group_cap(builder.cap[j] for j in jobs)
+    if len({t.cluster for t in trains}) > 1 or \
+            not all(fits_cap(builder.loop_s(j, t, r), cap) for j, t, r in zip(jobs, trains, rollouts)):
+        return False
+    node_mem = builder.topo.clusters
+    if class_layout(trains, cap, node_mem[trains[0].cluster].host_mem_gb) is None:
+        return False
+    for cls in classes:
+        opts = [rollouts[i] for i in cls]
+        if len({o.cluster for o in opts}) > 1 or class_layout(opts, cap, node_mem[opts[0].cluster].host_mem_gb) is None:
+            return False
+    return True
