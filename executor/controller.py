@@ -61,6 +61,10 @@ class JobState:
     rollout_starts: dict[int, float] = field(default_factory=dict)
     iteration_ends: dict[int, float] = field(default_factory=dict)
     restarts: int = 0
+    # Rollout and train time as drawn, moved to the job's solo GPUs (its SLO reference): per
+    # iteration until its sync ends, then summed over the finished iterations.
+    solo_work_s: dict[int, float] = field(default_factory=dict)
+    solo_work_done_s: float = 0.0
 
     @property
     def staleness(self) -> int:
@@ -124,6 +128,8 @@ class Controller:
         self.rolling: dict[str, PhaseRun] = {}  # job -> its rollout that is computing
         # What the elastic rules did: tails moved, GPUs lent to a running rollout, loans taken back.
         self.elastic_counts = {"migrations": 0, "loans": 0, "reclaims": 0}
+        self._factors: dict[tuple, float] = {}  # (job, phase, GPUs, type) -> ``_solo_factor``
+        self._solo_sync: dict[str, float] = {}  # job -> its sync on its solo GPUs
         self._switch_cache: dict[tuple[str, str, str], float] = {}
         self._type_cache: dict[str, str] = {}
         backend.attach(self)
@@ -385,8 +391,11 @@ class Controller:
         group, jp = self.job_plans[train.job]
         planned = jp.phase("sync").duration_s
         # A late sync delays the job's next rollout and, through the shared FIFO queues, every later
-        # member of its group: the deadline uses the group's least SLO slack per iteration.
-        slack = min((max(0.0, self.specs[m.name].slo * m.solo_iteration_s - m.iteration_s)
+        # member of its group: the deadline uses the group's least SLO slack, a member's being its
+        # planned slack per iteration plus what it has gained or lost so far (a member behind its
+        # SLO syncs first on a shared link, one well ahead yields).
+        slack = min((max(0.0, self.specs[m.name].slo * m.solo_iteration_s - m.iteration_s
+                         + (self.slo_budget_s(m.name) if m.name in self.state else 0.0))
                      for m in group.jobs if m.name in self.specs), default=0.0)
         sync = SyncRun(train.job, train.iteration, group.name, tuple(jp.phase("train").gpus),
                        tuple(jp.phase("sync").gpus), planned, deadline_s=self.now + planned + slack)
@@ -402,6 +411,7 @@ class Controller:
         st = self.state[run.job]
         st.done["sync"] = run.iteration
         st.iteration_ends[run.iteration] = self.now
+        st.solo_work_done_s += st.solo_work_s.pop(run.iteration, 0.0)
         self._record(run.job, run.iteration, "sync", run.group, m, run.planned_s, len(run.rollout_gpus))
         for hook in self.on_iteration:
             hook(run.job, run.iteration, self.now)
@@ -502,8 +512,35 @@ class Controller:
                "end_s": m.end_s, "gpus_at_start": m.gpus, "attempt": self.state[job].restarts, "busy_gpu_s": m.busy_gpu_s, "switch_gpu_s": m.switch_gpu_s,
                "cluster": m.cluster, "nodes": self._nodes_of(job, phase), **m.extra}
         self.records.append(row)
+        if phase != "sync":
+            st = self.state[job]
+            st.solo_work_s[k] = st.solo_work_s.get(k, 0.0) + row["width_s"] * self._solo_factor(job, phase, gpus,
+                                                                                                   m.gpu_type)
         for hook in self.on_phase:
             hook(row)
+
+    def _solo_factor(self, job: str, phase: str, gpus: int, gpu_type: str) -> float:
+        """A phase's time on ``gpus`` GPUs of ``gpu_type`` moved to the job's solo GPUs."""
+        key = (job, phase, gpus, gpu_type)
+        if key not in self._factors:
+            spec, catalog = self.specs[job].phase(phase), self.topology.gpu_types
+            self._factors[key] = spec.duration_at(0.5, catalog=catalog) / spec.duration_at(0.5, gpus, gpu_type, catalog)
+        return self._factors[key]
+
+    def slo_budget_s(self, job: str) -> float:
+        """The seconds ``job`` may still lose and meet its SLO, measured over its finished iterations:
+        its SLO times their solo reference (their rollouts and trains as drawn, on its solo GPUs,
+        plus a solo sync each) less the time they took. 0 before its first iteration ends."""
+        st = self.state[job]
+        n = st.done["sync"] + 1
+        if n <= 0 or st.first_start is None:
+            return 0.0
+        spec = self.specs[job]
+        if job not in self._solo_sync:
+            rollout_gpus, train_gpus = self.model.solo_placement(spec)
+            self._solo_sync[job] = self.model.sync_s(spec, train_gpus, rollout_gpus)
+        reference = st.solo_work_done_s + n * self._solo_sync[job]
+        return spec.slo * reference - (st.iteration_ends[st.done["sync"]] - st.first_start)
 
     def _nodes_of(self, job: str, phase: str) -> str:
         entry = self.job_plans.get(job)
@@ -563,6 +600,8 @@ class Controller:
         self.jobs = JobSet(jobs=[spec if j.name == spec.name else j for j in self.jobs.jobs])
         self.model = PlanningModel(self.topology, self.jobs, self.plan.quantile)
         self._switch_cache.clear()
+        self._factors = {k: f for k, f in self._factors.items() if k[0] != spec.name}
+        self._solo_sync.pop(spec.name, None)
         if spec.name in self.state:
             self.state[spec.name].spec = spec
 

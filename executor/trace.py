@@ -3,7 +3,8 @@
 Arrivals go through the planner's ``admit`` and departures through ``release``; a job that cannot
 be admitted waits and is offered again after every departure and every re-optimization. Optionally, every ``reopt_every_s``
 seconds the planner's ``replan`` re-optimizes all live jobs, and each job it moves pays
-``migration_cost_s`` before its next iteration. The planner is anything with the interface of
+``migration_cost_s`` before its next iteration; a job whose measured SLO budget (``slo_budget_s``)
+is under one migration (``Controller.slo_budget_s``) stays where it is (``keep``). The planner is anything with the interface of
 ``weave_rl.planner.online.OnlinePlanner`` (``admit``, ``release``, ``replan``, ``plan``); ``BaselinePlanner``
 gives the same interface to the solo, colocate and weave policies by re-planning the live jobs with
 ``weave_rl.planner.api.make_plan`` and keeping every unchanged group on its nodes (``stabilize``).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Collection, Protocol, Sequence
 
 from weave_rl.executor.backend import Backend
 from weave_rl.executor.config import ElasticRules
@@ -35,7 +36,7 @@ class OnlineLike(Protocol):
     def admit(self, job: JobSpec) -> Any: ...
     def release(self, name: str) -> Plan: ...
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
-               threads: int = 2) -> Any: ...
+               threads: int = 2, keep: Collection[str] = ()) -> Any: ...
 
 
 def empty_plan(topology: Topology, policy: str, quantile: float | str, elastic: dict | None = None) -> Plan:
@@ -112,8 +113,11 @@ def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend
     def reopt() -> None:
         live = controller.live_jobs()
         if len(live):
+            # A job whose measured SLO budget is under one migration would miss its SLO if moved.
+            keep = [j.name for j in live.jobs
+                    if j.name not in controller.state or controller.slo_budget_s(j.name) < migration_cost_s]
             result = planner.replan(live, migration_cost_s=migration_cost_s, time_limit_s=reopt_time_limit_s,
-                                    threads=threads)
+                                    threads=threads, keep=keep)
             moved = list(getattr(result, "moved", []))
             log.reopts.append({"t": backend.now(), "moved": moved,
                                "usd_per_hour_before": getattr(result, "cost_before", None),
@@ -234,7 +238,9 @@ class BaselinePlanner:
         return self.plan
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
-               threads: int = 2) -> Replan:
+               threads: int = 2, keep: Collection[str] = ()) -> Replan:
+        """The live jobs planned afresh; not taken where it would stop a placed job, or move one in
+        ``keep`` (the policies here have no migration charge to weigh)."""
         before, weave = self.plan, self.weave
         ordered = sorted(jobs.jobs, key=lambda j: (j.arrival_s, j.name))
         if weave is not None:
@@ -247,12 +253,12 @@ class BaselinePlanner:
             plan = self._weave_plan()
         else:
             plan = self._make(ordered)
-        if set(before.jobs) - set(plan.jobs):  # a placed job would stop for good: keep what runs
+        old, new = before.jobs, plan.jobs
+        moved = sorted(j for j in new if j in old and old[j][1].nodes != new[j][1].nodes)
+        if set(old) - set(new) or set(moved) & set(keep):  # a placed job would stop, or one in keep move
             self.weave = weave
             return Replan(before, [], before.cost_usd_per_hour, before.cost_usd_per_hour)
         self.plan, self.live = plan, {j.name: j for j in jobs.jobs if j.name in plan.jobs}
-        old, new = before.jobs, plan.jobs
-        moved = sorted(j for j in new if j in old and old[j][1].nodes != new[j][1].nodes)
         return Replan(plan, moved, before.cost_usd_per_hour, plan.cost_usd_per_hour)
 
 

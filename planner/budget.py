@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 # Ends by this share of the limit.
+TEMPLATES_END = 0.05  # re-timetabling a previous plan's or pinned group whose own timetable no longer holds
 ENUMERATION_END = 0.10  # candidate enumeration: beyond it column generation prices instead
 PAIR_TRIAL_END = 0.15  # the LP by pairs not settled by then: column generation would not settle either
 PAIR_END = 0.30  # the LP by pairs, in one process (with threads to spare it goes on until REGROUP_END)

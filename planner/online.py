@@ -12,6 +12,7 @@ Imports run one way: this module -> planner.optimize -> planner.admission.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Collection
 
 from weave_rl.planner.admission import Admission, AdmissionPlanner
 from weave_rl.planner.model import PlanningModel
@@ -36,9 +37,12 @@ class OnlinePlanner(AdmissionPlanner):
     """Admission, release and re-optimization of a live plan."""
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, horizon_s: float = 3600.0,
-               time_limit_s: float = 10.0, threads: int = 2, solver: str = "auto") -> Replan:
+               time_limit_s: float = 10.0, threads: int = 2, solver: str = "auto",
+               keep: Collection[str] = ()) -> Replan:
         """Re-optimize ``jobs`` (new profiles, arrivals and departures included), keeping a job where
-        it is unless moving it saves more than its migration charge."""
+        it is unless moving it saves more than its migration charge. A job in ``keep`` (one whose SLO
+        cannot absorb a migration) moves only where no plan keeps it: its charge is the whole
+        topology's $/h, more than any move saves."""
         before = self.plan
         names = set(jobs.names)
         for name in [m.job.name for g in list(self.groups.values()) for m in g.members]:
@@ -46,7 +50,7 @@ class OnlinePlanner(AdmissionPlanner):
                 self.release(name)
         current = self.plan
         model = PlanningModel(self.topology, jobs, self.quantile)
-        pinned = _pinned_variants(current)
+        pinned = _pinned_variants(current, self.topology)
         old = {jp.name: _gpus_of(jp) for g in current.groups for jp in g.jobs}
         charge = {}
         for g in current.groups:
@@ -54,6 +58,8 @@ class OnlinePlanner(AdmissionPlanner):
                 usd = sum(self.topology.node_usd_per_hour(node_of(x)) / self.topology.node(node_of(x)).gpus
                           for x in set(_gpus_of(jp)))
                 charge[jp.name] = usd * migration_cost_s / horizon_s
+        whole = self.topology.cost_usd_per_hour()
+        charge.update({name: whole for name in keep if name in charge})
         try:
             result = plan_optimal(model, max_group_size=self.max_group_size, time_limit_s=time_limit_s,
                                   threads=threads, solver=solver, pinned=pinned, extra=charge)
@@ -68,7 +74,17 @@ class OnlinePlanner(AdmissionPlanner):
                           kept=f"the new one leaves {', '.join(dropped)} unplaced")
         moved = sorted(jp.name for g in new_plan.groups for jp in g.jobs
                        if jp.name in old and _gpus_of(jp) != old[jp.name])
+        loaded = dict(self.link_load)
         self.reset(jobs, new_plan, "<replan>")
+        over = [pair for pair, share in sorted(self.link_load.items()) if self.link_budget is not None
+                and share > max(self.link_budget, loaded.get(pair, 0.0)) + 1e-9]
+        if over:
+            # The solve does not model the links; admission keeps their sync load within the
+            # budget, and so does a replan: past it, syncs queue and stretch iterations past SLOs.
+            self.reset(jobs, current, "<replan>")
+            a, b = over[0]
+            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour,
+                          kept=f"the new one loads the {a}-{b} link over {100 * self.link_budget:.0f}%")
         return Replan(new_plan, moved, before.cost_usd_per_hour, new_plan.cost_usd_per_hour)
 
 
@@ -76,7 +92,7 @@ def _gpus_of(jp: JobPlan) -> tuple[str, ...]:
     return tuple(g for s in jp.phases if s.phase != "sync" for g in s.gpus)
 
 
-def _pinned_variants(plan: Plan) -> list[GroupPlan]:
+def _pinned_variants(plan: Plan, topology: Topology) -> list[GroupPlan]:
     """Every group as it is, and every group less one member (its nodes that only that member
     used dropped): the ways to keep jobs where they are."""
     out = []
@@ -87,8 +103,9 @@ def _pinned_variants(plan: Plan) -> list[GroupPlan]:
         for leave in g.jobs:
             rest = [jp for jp in g.jobs if jp.name != leave.name]
             used = {node_of(x) for jp in rest for x in _gpus_of(jp)}
-            out.append(g.model_copy(update={"jobs": rest, "nodes": [n for n in g.nodes if n in used],
-                                            "name": f"{g.name}-{leave.name}"}))
+            nodes = [n for n in g.nodes if n in used]
+            out.append(g.model_copy(update={"jobs": rest, "nodes": nodes, "name": f"{g.name}-{leave.name}",
+                                            "usd_per_hour": topology.cost_usd_per_hour(nodes)}))
     return out
 
 

@@ -251,3 +251,62 @@ def test_a_job_joins_a_pool_a_plan_put_in_force_for_free():
     assert group.cycle_s == pytest.approx(900 + 4 * 0.39, abs=0.1)
     assert {g for jp in group.jobs for s in jp.phases if s.phase != "sync" for g in s.gpus} == \
         set(topo.gpus_in(cluster="a100"))
+
+
+def test_replan_moves_no_job_it_is_told_to_keep():
+    jobs = generate("Mixed", 16, 8)
+    planners = [OnlinePlanner(TESTBED, JobSet(jobs=[])) for _ in range(2)]
+    for op in planners:
+        for spec in jobs.jobs:
+            op.admit(spec)
+    free = planners[0].replan(jobs, migration_cost_s=0, time_limit_s=20)
+    assert free.moved
+    held = planners[1].replan(jobs, migration_cost_s=0, time_limit_s=20, keep=free.moved)
+    assert not set(held.moved) & set(free.moved)
+    assert held.cost_after <= held.cost_before + 1e-6
+    assert not check_plan(held.plan, TESTBED, jobs)
+
+
+def test_a_replan_that_would_overload_the_link_keeps_the_plan_in_force():
+    # Admission stopped at half the link; the solve places every job, the waiting ones too, and
+    # loads the link past that: the plan in force stays, and the reason says so.
+    big = [dict(job(f"J{i}", 150, 100), params_b=32) for i in range(12)]
+    jobs = jobset(*big)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]), link_budget=0.5)
+    placed = [spec.name for spec in jobs.jobs if op.admit(spec).placed]
+    assert len(placed) < len(jobs)
+    before = op.plan
+    result = op.replan(jobs, time_limit_s=20)
+    assert result.moved == [] and "link over 50%" in result.kept
+    assert sorted(result.plan.jobs) == sorted(placed) and result.plan.cost_usd_per_hour == before.cost_usd_per_hour
+    assert op.link_load[("rollout", "train")] <= 0.5 + 1e-9
+
+
+def test_a_replan_keeps_its_pinned_groups_timetables_without_a_solver(monkeypatch):
+    # Profiles unchanged: every group in force, and every group less one member, keeps the
+    # timetable it has (the checker passes it), so none is timetabled again.
+    import weave_rl.planner.optimize as optimize
+
+    jobs = generate("Mixed", 16, 8)
+    op = OnlinePlanner(TESTBED, JobSet(jobs=[]))
+    for spec in jobs.jobs:
+        op.admit(spec)
+    inside, verdicts, solved = [False], [], []
+    real_fits, real_timetable = optimize._Solve.still_fits, optimize.group_timetable
+
+    def fits(self, column):
+        inside[0] = True
+        try:
+            verdicts.append(real_fits(self, column))
+            return verdicts[-1]
+        finally:
+            inside[0] = False
+
+    def timetable(*args, **kwargs):
+        solved.extend([1] if inside[0] else [])
+        return real_timetable(*args, **kwargs)
+
+    monkeypatch.setattr(optimize._Solve, "still_fits", fits)
+    monkeypatch.setattr(optimize, "group_timetable", timetable)
+    op.replan(jobs, time_limit_s=20)
+    assert len(verdicts) > len(op.plan.groups) and all(verdicts) and not solved

@@ -150,6 +150,19 @@ def test_deadline_policy_preempts_for_an_earlier_deadline():
     assert ends == pytest.approx({"A": 24.0, "B": 23.0}, abs=1e-6)
 
 
+def test_deadline_policy_serves_first_the_job_behind_its_slo(monkeypatch):
+    # As above with A tighter (slack 0.2 x 22 = 4.4 s per iteration, B's 11 s), but A is measured
+    # 100 s ahead of its SLO and B 50 s behind: B's allowance is max(0, 11 - 50) = 0 s, A's 104.4 s.
+    from weave_rl.executor.controller import Controller
+
+    monkeypatch.setattr(Controller, "slo_budget_s", lambda self, name: {"A": 100.0, "B": -50.0}[name])
+    jobs = JobSet(jobs=[job("A", rollout=10, train=10, slo=1.2), job("B", rollout=10, train=10, slo=1.5)])
+    plan = plan_of(solo_group("A", 0, 10, 10), solo_group("B", 1, 10, 10))
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=1, rules=STATIC)
+    ends = {x["job"]: x["end_s"] for x in rows(r, phase="sync")}
+    assert ends == pytest.approx({"B": 22.0, "A": 24.0}, abs=1e-6)
+
+
 def test_unknown_link_policy_is_refused():
     with pytest.raises(ValueError, match="link_policy"):
         SimModel(link_policy="random")

@@ -3,6 +3,7 @@
 import pytest
 
 from weave_rl.executor.config import ElasticRules
+from weave_rl.executor.controller import Controller
 from weave_rl.executor.outputs import metrics
 from weave_rl.executor.sim import SimModel
 from weave_rl.executor.trace import BaselinePlanner, run_trace, stabilize
@@ -83,3 +84,30 @@ def test_periodic_reoptimization_is_logged_and_the_trace_completes():
                   migration_cost_s=0.0, reopt_time_limit_s=2.0)
     assert all(st.finished for st in r.controller.state.values())
     assert len(r.extra["trace"].reopts) >= 2
+
+
+def test_regrouping_moves_no_job_whose_slo_budget_is_under_one_migration(monkeypatch):
+    # J1 and J2 (100 + 50 s, SLO 2) share one node pair at a 184 s cycle; J3 (SLO 1) runs alone. At
+    # 1200 s J1 has left and J2 alone would be cheaper colocated on one node: $42.24/h against
+    # $57.04/h, a saving of $14.80/h against a migration charge of 57.04 x 800 / 3600 = $12.68/h.
+    # But J2's measured budget is at most 6 x (2 x 152 - 184) = 720 s, under one 800 s migration.
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=6), job("J2", iterations=6, arrival_s=50.0),
+                        job("J3", iterations=6, arrival_s=100.0, slo=1.0)])
+
+    def moves():
+        r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=300.0,
+                      migration_cost_s=800.0, reopt_time_limit_s=2.0)
+        return [m for e in r.extra["trace"].reopts for m in e["moved"]]
+
+    assert moves() == []
+    monkeypatch.setattr(Controller, "slo_budget_s", lambda self, name: 1e9)
+    assert moves() == ["J2"]  # with budget to spare, the same regrouping moves it
+
+
+def test_slo_budget_is_what_a_job_may_still_lose():
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=3, slo=1.5)])
+    r = run_trace(t, jobs, BaselinePlanner(t, "solo"), rules=ElasticRules.off(), model=SimModel(link_sharing=False))
+    # Alone: 100 + 50 + 2 s sync per iteration, three iterations, cap 1.5 x 152 = 228 s.
+    assert r.controller.slo_budget_s("J1") == pytest.approx(3 * (228.0 - 152.0), abs=0.01)
