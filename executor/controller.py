@@ -699,6 +699,14 @@ class Controller:
             self.apply_plan(plan, delays=delays, reason=reason)
             self.target = target
 
+    def unmovable(self, delay_s: float) -> list[str]:
+        """Live jobs that would miss their SLO if a move stopped them for ``delay_s``: a replan keeps
+        them where they are (their measured budget, ``slo_budget_s``, is under it). A move that stops
+        no job makes none later."""
+        if delay_s <= 0:
+            return []
+        return [j.name for j in self.live_jobs().jobs if j.name not in self.state or self.slo_budget_s(j.name) < delay_s]
+
     def live_jobs(self) -> JobSet:
         """Jobs of the latest plan that have not finished (what a replan must cover)."""
         return JobSet(jobs=[self.specs[j] for j in self.target.jobs

@@ -38,7 +38,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 import pandas as pd
 
@@ -179,7 +179,7 @@ class ReplanPlanner(Protocol):
     """The part of ``weave_rl.planner.online.OnlinePlanner`` that drift replanning calls."""
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, time_limit_s: float = 10.0,
-               threads: int = 2) -> Any: ...
+               threads: int = 2, keep: Collection[str] = ()) -> Any: ...
 
 
 class DriftReplanner:
@@ -242,8 +242,9 @@ class DriftReplanner:
         live = c.live_jobs()
         before = c.plan.cost_usd_per_hour
         asked = c.now
+        keep = c.unmovable(self.migration_delay_s)
         solve = lambda: self.planner.replan(live, migration_cost_s=self.migration_cost_s,  # noqa: E731
-                                            time_limit_s=self.time_limit_s, threads=self.threads)
+                                            time_limit_s=self.time_limit_s, threads=self.threads, keep=keep)
         if not self.background:
             started = time.perf_counter()
             self._apply(solve(), job, phase, ewma, live, before, asked, time.perf_counter() - started)

@@ -4,7 +4,7 @@ Arrivals go through the planner's ``admit`` and departures through ``release``; 
 be admitted waits and is offered again after every departure and every re-optimization. Optionally, every ``reopt_every_s``
 seconds the planner's ``replan`` re-optimizes all live jobs, and each job it moves pays
 ``migration_cost_s`` before its next iteration; a job whose measured SLO budget (``slo_budget_s``)
-is under one migration (``Controller.slo_budget_s``) stays where it is (``keep``). The planner is anything with the interface of
+is under one migration stays where it is (``Controller.unmovable``). The planner is anything with the interface of
 ``weave_rl.planner.online.OnlinePlanner`` (``admit``, ``release``, ``replan``, ``plan``); ``BaselinePlanner``
 gives the same interface to the solo, colocate and weave policies by re-planning the live jobs with
 ``weave_rl.planner.api.make_plan`` and keeping every unchanged group on its nodes (``stabilize``).
@@ -113,11 +113,8 @@ def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend
     def reopt() -> None:
         live = controller.live_jobs()
         if len(live):
-            # A job whose measured SLO budget is under one migration would miss its SLO if moved.
-            keep = [j.name for j in live.jobs
-                    if j.name not in controller.state or controller.slo_budget_s(j.name) < migration_cost_s]
             result = planner.replan(live, migration_cost_s=migration_cost_s, time_limit_s=reopt_time_limit_s,
-                                    threads=threads, keep=keep)
+                                    threads=threads, keep=controller.unmovable(migration_cost_s))
             moved = list(getattr(result, "moved", []))
             log.reopts.append({"t": backend.now(), "moved": moved,
                                "usd_per_hour_before": getattr(result, "cost_before", None),
