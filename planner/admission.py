@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from weave_rl.planner.colocated import colocated_options
+from weave_rl.planner.drawn import meets_slos_as_drawn
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.rules import fits_memory, group_cap, meets_slo, member_cap
 from weave_rl.planner.optimal import PhaseOption, phase_options
@@ -376,7 +377,8 @@ class AdmissionPlanner:
             self._trials -= 1
         members = (group.members if group else []) + [member]
         rr = round_robin_timetable(self.model, members)
-        if any(not meets_slo(rr.cycle_s, self._cap(m.job)) for m in members):
+        if any(not meets_slo(rr.cycle_s, self._cap(m.job)) for m in members) \
+                or not meets_slos_as_drawn(self.model, members, rr.phases, rr.cycle_s):
             return None
         before = self._group_load(group.members, group.cycle_s) if group else {}
         full = self._link_full(before, self._group_load(members, rr.cycle_s))

@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from weave_rl.planner.drawn import meets_slos_as_drawn
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import group_cap, meets_slo, member_cap
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import round_robin_timetable
-from weave_rl.planner.timetable import Member, PhaseTime, Timetable, phase_durations_ms, solve_timetable
+from weave_rl.planner.timetable import Member, Timetable, phase_durations_ms, solve_timetable
 from weave_rl.topology.topology import Topology
 
 # The integer masters' objective unit, 1e-4 $/h: fine enough for a migration charge (a GPU's price
@@ -116,14 +117,15 @@ def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s
     way every member's cycle cap is met or the result is not ok."""
     cap = group_cap(member_cap(model, m.job) for m in members)
     for order in member_orders(model, members):
-        rr = round_robin_timetable(model, [(m.job, m.rollout_gpus, m.train_gpus) for m in order])
-        if meets_slo(rr.cycle_s, cap):
-            phases = {name: {k: PhaseTime(p.start_s, p.duration_s) for k, p in ph.items()}
-                      for name, ph in rr.phases.items()}
-            return Timetable("FEASIBLE", rr.cycle_s, phases)
+        rr = round_robin_timetable(model, order)
+        if meets_slo(rr.cycle_s, cap) and meets_slos_as_drawn(model, members, rr.phases, rr.cycle_s):
+            return Timetable("FEASIBLE", rr.cycle_s, rr.phases)
     if time_limit_s <= 0:
         return Timetable("UNKNOWN")
-    return solve_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
+    exact = solve_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
+    if exact.ok and not meets_slos_as_drawn(model, members, exact.phases, exact.cycle_s):
+        return Timetable("UNKNOWN", wall_s=exact.wall_s)  # the least cycle, yet some SLO is missed as drawn
+    return exact
 
 
 def member_orders(model: PlanningModel, members: list[Member]) -> list[list[Member]]:

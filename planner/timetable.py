@@ -22,22 +22,9 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from weave_rl.planner.model import PlanningModel
-from weave_rl.profiles.jobs import JobSpec
+from weave_rl.planner.roundrobin import Member, PhaseTime
 
 MS = 1000  # CP-SAT time unit: milliseconds
-
-
-@dataclass(frozen=True)
-class Member:
-    job: JobSpec
-    rollout_gpus: tuple[str, ...]
-    train_gpus: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class PhaseTime:
-    start_s: float  # offset in [0, cycle)
-    duration_s: float
 
 
 @dataclass
