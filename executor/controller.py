@@ -207,7 +207,9 @@ class Controller:
         free = [g for g in run.gpus if g not in run.held and g not in self.down
                 and (g not in self.holder or (ready and g in self.lent)) and self._head(g) == run.key]
         if run.elastic:
-            if free and run.state != "tail" and not (run.permitted and run.pending == 0):
+            # A tail goes on with the GPUs it kept, unless their owners took them all back (loans):
+            # then it takes its own again as they free up, or it would never end.
+            if free and (run.state != "tail" or not run.held) and not (run.permitted and run.pending == 0):
                 self._take(run, free)
         elif free and len(free) + len(run.held) == len(run.gpus):
             self._take(run, free)
@@ -331,9 +333,11 @@ class Controller:
         if run.state != "running" or not self.rules.migrate:
             return
         keep_n = max(1, math.ceil(self.rules.target_share * len(run.gpus)))
-        # Keep the GPUs computing a prompt group (their work goes on), then the run's own before lent ones.
+        # Keep the GPUs computing a prompt group (their work goes on), then the run's own before lent
+        # ones (a loan, even of a GPU of its own plan, is taken back when its queue's next phase can run).
         order = {g: i for i, g in enumerate(run.gpus)}
-        keep = sorted(run.held, key=lambda g: (g not in run.computing, order.get(g, len(order)), g))[:keep_n]
+        rank = {g: (g not in run.computing, g in self.lent, order.get(g, len(order)), g) for g in run.held}
+        keep = sorted(run.held, key=rank.__getitem__)[:keep_n]
         freed = sorted(g for g in run.held if g not in keep)
         # Move the tail only when a freed GPU has a rollout to start: otherwise the tail would just
         # run slower on fewer GPUs while the others idle.

@@ -258,3 +258,29 @@ def test_plan_change_closure_and_hot_joins():
                        jobs=[other.groups[0].jobs[0], d])
     new2 = {**pair.jobs, **plan_of(joined).jobs}
     assert hot_joins(changed_jobs(old, new2, lambda j: False), old, new2) == {"D"}
+
+
+def test_a_tail_keeps_its_own_gpus_and_never_waits_for_loans_taken_back():
+    """A rolls out on two nodes (rollout-000 shared with B, planned after B's rollout there), B trains
+    230 s. A's second rollout starts at 159.8 on rollout-001 with rollout-000 lent (B's next rollout
+    is planned first there but waits for its sync until 252.3). At A's threshold (229.8) its tail
+    keeps 4 GPUs: its own rollout-001 ones, not the loans, which B takes back at 252.3. Keeping the
+    loans, the tail was left with no GPU and the run stalled (found on the Production trace)."""
+    wide = JobSpec(name="A", params_b=1, rollout={"gpus": 16, "gpu_type": "H20", "duration_s": 100.0},
+                   train={"gpus": 8, "gpu_type": "H800", "duration_s": 50.0})
+    jobs = JobSet(jobs=[wide, job("B", 20.0, 230.0)])
+    c = 252.0
+    a = JobPlan(name="A", solo_iteration_s=152, iteration_s=c, phases=[
+        PhaseSlot(phase="rollout", start_s=20, duration_s=100, gpus=gpus("rollout-000") + gpus("rollout-001")),
+        PhaseSlot(phase="train", start_s=120, duration_s=50, gpus=gpus("train-000")),
+        PhaseSlot(phase="sync", start_s=170, duration_s=2, gpus=gpus("rollout-000") + gpus("rollout-001"))])
+    b = job_plan("B", "rollout-000", "train-001", 0, 20, 20, 230, 250, c)
+    plan = plan_of(GroupPlan(name="g0", cycle_s=c, nodes=["rollout-000", "rollout-001", "train-000", "train-001"],
+                             jobs=[a, b]))
+    rules = ElasticRules(migrate=True, lend=True, threshold=0.8, target_share=0.25)
+    model = SimModel(tail_share=0.3, tail_slowdown=1.05, link_sharing=False)
+    r = simulate_plan(plan, topo(2, 2), jobs, iterations=3, rules=rules, model=model)
+    assert len(rows(r, "A", "sync")) == len(rows(r, "B", "sync")) == 3
+    a1, b1 = rows(r, "A", "rollout")[1], rows(r, "B", "rollout")[1]
+    assert a1["start_s"] == pytest.approx(159.81, abs=0.01) and b1["start_s"] == pytest.approx(252.3, abs=0.01)
+    assert a1["end_s"] < b1["end_s"]  # its tail did not wait for B to give rollout-000 back
