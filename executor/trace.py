@@ -121,7 +121,9 @@ def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend
                                "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour)})
             controller.apply_plan(result.plan, delays={m: migration_cost_s for m in moved}, reason="re-optimize")
             offer_waiting()  # a regrouped plan may have room (nodes, link budget) a waiting job lacked
-        if pending_arrivals() or not done():
+        # Once every admitted job has finished and no arrival is left, a waiting job waits for nothing
+        # (this replan found it no room): re-optimizing again would loop for ever.
+        if pending_arrivals() or not controller.all_finished():
             backend.call_at(backend.now() + reopt_every_s, reopt)
 
     controller.on_job_finished.append(leave)

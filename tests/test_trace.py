@@ -86,6 +86,18 @@ def test_periodic_reoptimization_is_logged_and_the_trace_completes():
     assert len(r.extra["trace"].reopts) >= 2
 
 
+def test_a_job_no_plan_can_place_ends_a_regrouped_trace_as_never_admitted():
+    # J2 asks for SLO 0.5 (faster than alone): no admission or replan places it. Once J1 has left,
+    # nothing can change, so the trace ends (it re-optimized every 300 s for ever before).
+    t = topo(1, 1)
+    jobs = JobSet(jobs=[job("J1", iterations=2), job("J2", iterations=1, arrival_s=10.0, slo=0.5)])
+    r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=300.0,
+                  migration_cost_s=0.0, reopt_time_limit_s=1.0)
+    assert r.extra["trace"].never_admitted == ["J2"]
+    assert r.controller.state["J1"].finished_at == pytest.approx(304.0, abs=0.01)
+    assert len(r.extra["trace"].reopts) == 1  # at 300 s, while J1 ran
+
+
 def test_regrouping_moves_no_job_whose_slo_budget_is_under_one_migration(monkeypatch):
     # J1 and J2 (100 + 50 s, SLO 2) share one node pair at a 184 s cycle; J3 (SLO 1) runs alone. At
     # 1200 s J1 has left and J2 alone would be cheaper colocated on one node: $42.24/h against
