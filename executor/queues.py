@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, chain_offsets
 
 Key = tuple[str, str, int]  # (job, phase, iteration)
 EPS = 1e-9
@@ -38,22 +38,11 @@ class JobSchedule:
 
     @classmethod
     def build(cls, group: GroupPlan, job: JobPlan, epoch_s: float = 0.0, first: int = 0) -> JobSchedule:
-        c = group.cycle_s
         slots = {s.phase: s for s in job.phases}
-        r, t, s = slots["rollout"], slots["train"], slots["sync"]
-        rel_train = r.duration_s + _forward(r.end_s, t.start_s, c)
-        rel_sync = rel_train + t.duration_s + _forward(t.end_s, s.start_s, c)
-        return cls(job.name, group.name, c, epoch_s, first, slots,
-                   {"rollout": 0.0, "train": rel_train, "sync": rel_sync})
+        return cls(job.name, group.name, group.cycle_s, epoch_s, first, slots, chain_offsets(slots, group.cycle_s))
 
     def planned(self, phase: str, k: int) -> float:
         return self.epoch_s + (k - self.first) * self.cycle_s + self.slots["rollout"].start_s + self.rel[phase]
-
-
-def _forward(end: float, start: float, cycle: float) -> float:
-    """Time from offset ``end`` forward to the next occurrence of offset ``start`` (mod the cycle)."""
-    gap = (start - end) % cycle
-    return 0.0 if gap > cycle - 1e-6 else gap
 
 
 class GpuQueue:

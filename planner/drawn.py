@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.plan import chain_offsets
 from weave_rl.planner.roundrobin import Member, PhaseTime
 from weave_rl.planner.rules import meets_slo
 from weave_rl.topology.topology import node_of
@@ -52,10 +53,7 @@ def drawn_ratios(model: PlanningModel, members: Sequence[Member],
     instances = []  # (planned start, phase order, job, iteration, kind)
     for m in members:
         times = phases[m.job.name]
-        rel = {"rollout": 0.0}
-        rel["train"] = times["rollout"].duration_s + _forward(_end(times["rollout"]), times["train"].start_s, cycle_s)
-        rel["sync"] = rel["train"] + times["train"].duration_s + _forward(_end(times["train"]), times["sync"].start_s,
-                                                                          cycle_s)
+        rel = chain_offsets(times, cycle_s)
         for k in range(iterations):
             for kind in _ORDER:
                 instances.append((k * cycle_s + times["rollout"].start_s + rel[kind], _ORDER[kind], m.job.name, k, kind))
@@ -107,13 +105,3 @@ def _draws(model: PlanningModel, m: Member, iterations: int) -> tuple[dict[str, 
         solo += factors[kind] * model.duration(m.job, kind, len(gpus), model.topology.gpu_type_of(gpus[0]))
     return factors, solo
 
-
-def _end(p: PhaseTime) -> float:
-    return p.start_s + p.duration_s
-
-
-def _forward(end: float, start: float, cycle: float) -> float:
-    """Time from offset ``end`` forward to the next occurrence of offset ``start`` (mod the cycle),
-    as executor/queues.py plans a job's train and sync after its rollout."""
-    gap = (start - end) % cycle
-    return 0.0 if gap > cycle - 1e-6 else gap

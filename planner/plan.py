@@ -20,7 +20,7 @@ Timetable semantics (what the validator in ``planner/check.py`` enforces):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -84,6 +84,20 @@ class JobPlan(_Frozen):
     @property
     def nodes(self) -> list[str]:
         return sorted({g.rpartition(":")[0] for s in self.phases if s.phase != "sync" for g in s.gpus})
+
+
+def chain_offsets(slots: Mapping[str, Any], cycle_s: float) -> dict[str, float]:
+    """When each phase of an iteration is planned after its rollout starts (``slots``: the job's
+    rollout, train and sync, with ``start_s`` and ``duration_s``): its train at the first offset
+    ``train.start_s`` (mod the cycle) at or after the rollout's end, its sync likewise after the train."""
+    def forward(end: float, start: float) -> float:
+        gap = (start - end) % cycle_s
+        return 0.0 if gap > cycle_s - 1e-6 else gap
+
+    r, t, s = slots["rollout"], slots["train"], slots["sync"]
+    train = r.duration_s + forward(r.start_s + r.duration_s, t.start_s)
+    return {"rollout": 0.0, "train": train,
+            "sync": train + t.duration_s + forward(t.start_s + t.duration_s, s.start_s)}
 
 
 class GroupPlan(_Frozen):
