@@ -8,11 +8,12 @@ new solve:
   nodes it already holds or time-sharing a pool's GPUs (no added cost), joining a group on fresh
   rollout nodes, a new group of its own on fresh nodes (phases apart, or side by side on one node).
   It opens no colocated group (greedily, one would take nodes that later jobs could have shared
-  phases apart), but joins one that a plan put in force. Groups are screened by necessary conditions (group size, training pool
-  type and width, training busy time and host memory within every member's cap) before the
-  round-robin timetable (planner/roundrobin.py) checks every member's SLO exactly, on at most
-  ``max_trials`` groups, best-fitting training pool first: admission latency stays bounded with
-  thousands of jobs (a job that finds no room there gets a group of its own; a replan repacks).
+  phases apart), but joins one that a plan put in force. Groups are screened by necessary
+  conditions (group size, training pool type and width, training busy time and host memory within
+  every member's cap) before the round-robin timetable (planner/roundrobin.py) checks every
+  member's SLO exactly, and as drawn (planner/drawn.py), on at most ``max_trials`` groups,
+  best-fitting training pool first: admission latency stays bounded with thousands of jobs (a job
+  that finds no room there gets a group of its own; a replan repacks).
 - Admission also keeps each inter-cluster link's average sync load (one model copy per job per
   cycle, at the link's bandwidth) within ``link_budget`` (70 % by default): past it, concurrent syncs
   queue on the link and stretch iterations beyond their SLOs. A job that would overload it waits.

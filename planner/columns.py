@@ -114,7 +114,8 @@ def _move(gpu: str, mapping: dict[str, str]) -> str:
 def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s: float, threads: int) -> Timetable:
     """Round robin first (constant time, Weave's meta-iteration), in the members' order, then in a
     few others (``member_orders``); the exact CP-SAT timetable when every one misses an SLO. Either
-    way every member's cycle cap is met or the result is not ok."""
+    way every member's cycle cap is met, and its SLO as drawn (planner/drawn.py), or the result is
+    not ok."""
     cap = group_cap(member_cap(model, m.job) for m in members)
     for order in member_orders(model, members):
         rr = round_robin_timetable(model, order)
