@@ -20,7 +20,8 @@ It owns the scheduling decisions and nothing physical:
   their jobs restart the iteration after the last completed one, queued ahead of everything else on
   their GPUs, once the GPUs are there; other jobs and groups carry on;
 - plan changes (replanning, admission, release): unchanged groups carry on; a job joining a group
-  whose timetable is otherwise unchanged slots into the next cycle; any other change drains the
+  whose timetable is otherwise unchanged slots into the first cycle in which no member has started
+  its rollout (members run ahead of their planned times when drawn short); any other change drains the
   groups involved (no new iteration starts, running ones finish: the cycle boundary) and then
   installs the new timetables, optionally after a migration delay;
 - what happened: one record per finished phase (DESIGN 3.4 columns plus extras), iteration ends,
@@ -565,7 +566,7 @@ class Controller:
                     st = self.state[jp.name] = JobState(spec, self._iterations_of(spec))
                 first = st.done["sync"] + 1
                 st.limit = st.total
-                st.not_before = epoch + delays.get(jp.name, 0.0)
+                st.not_before = self.now + delays.get(jp.name, 0.0)  # planned times only order the queues
                 if st.not_before > self.now:
                     self.backend.call_at(st.not_before, lambda j=jp.name: self._wake(j))
                 sched = JobSchedule.build(group, jp, epoch, first)
@@ -581,6 +582,23 @@ class Controller:
         touched = [g for j in jobs if j in self.job_plans for s in self.job_plans[j][1].phases
                    if s.phase != "sync" for g in s.gpus]
         self.kick(sorted(set(touched)))
+
+    def _next_window(self, group: GroupPlan, anchor: JobSchedule) -> int:
+        """The first cycle of ``group``'s timetable, counted from ``anchor``'s epoch, in which no member
+        has started its rollout. A job joining there meets every member's phases in the plan's order;
+        joining at the cycle of ``now`` put it ahead of members that run ahead of their planned times
+        (durations drawn shorter than planned), and they waited for its phases every iteration."""
+        window = 0
+        for member in group.jobs:
+            sched = self.schedules.get(member.name)
+            if sched is None:
+                continue
+            st = self.state[member.name]
+            started = max([k for (j, p, k), r in self.runs.items() if j == member.name and p == "rollout" and r.permitted],
+                          default=st.done["rollout"])
+            nxt = max(started, st.done["rollout"]) + 1
+            window = max(window, round((sched.epoch_s - anchor.epoch_s) / group.cycle_s) + nxt - sched.first)
+        return window
 
     def _wake(self, job: str) -> None:
         """The migration delay is over: a rollout warmed meanwhile may start."""
@@ -637,8 +655,7 @@ class Controller:
                 anchor = next((self.schedules[x.name] for x in group.jobs if x.name in self.schedules), None)
                 epoch = self.now
                 if anchor is not None:
-                    windows = math.ceil((self.now - anchor.epoch_s) / group.cycle_s)
-                    epoch = anchor.epoch_s + max(0, windows) * group.cycle_s
+                    epoch = anchor.epoch_s + self._next_window(group, anchor) * group.cycle_s
                 self._install(plan, {j}, epoch, delays)
             self.events.append({"t": self.now, "event": "admit", "jobs": sorted(hot), "reason": reason})
         draining = {j for j in closure if j in old and j in running}

@@ -284,3 +284,23 @@ def test_a_tail_keeps_its_own_gpus_and_never_waits_for_loans_taken_back():
     a1, b1 = rows(r, "A", "rollout")[1], rows(r, "B", "rollout")[1]
     assert a1["start_s"] == pytest.approx(159.81, abs=0.01) and b1["start_s"] == pytest.approx(252.3, abs=0.01)
     assert a1["end_s"] < b1["end_s"]  # its tail did not wait for B to give rollout-000 back
+
+
+def test_a_job_joining_a_group_that_runs_ahead_of_its_plan_does_not_cut_in():
+    """A runs alone 152 s iterations (100 + 50 + 2) under a plan of 252 s (150 + 100 + 2 planned):
+    ahead of its planned times. At 1000 s B joins, training on A's node before A's train in each
+    planned cycle. B's first cycle is the one of A's next unstarted rollout (iteration 7), so A keeps
+    its 152 s rhythm (trains at 100 + 152 k) and B's train follows A's train 6 (ends 1062). Joining
+    at the cycle of ``now`` put B's first four trains ahead of A's train 7: A waited 210 s."""
+    jobs = JobSet(jobs=[job("A", 100.0, 50.0), job("B", 60.0, 30.0)])
+    a = job_plan("A", "rollout-000", "train-000", 0, 150, 150, 100, 250, 252)
+    b = job_plan("B", "rollout-001", "train-000", 10, 100, 110, 40, 150, 252)
+    alone = plan_of(GroupPlan(name="g0", cycle_s=252, nodes=["rollout-000", "train-000"], jobs=[a]))
+    joined = plan_of(GroupPlan(name="g0", cycle_s=252, nodes=["rollout-000", "rollout-001", "train-000"], jobs=[a, b]))
+
+    def setup(controller, backend):
+        backend.call_at(1000.0, lambda: controller.apply_plan(joined, reason="admit B"))
+
+    r = simulate_plan(alone, topo(2, 1), jobs, iterations=14, rules=STATIC, model=NO_SHARE, setup=setup)
+    assert [x["start_s"] for x in rows(r, "A", "train")] == pytest.approx([100 + 152 * k for k in range(14)])
+    assert rows(r, "B", "train")[0]["start_s"] == pytest.approx(1062.0)
