@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Collection
 
 from weave_rl.planner.admission import Admission, AdmissionPlanner
+from weave_rl.planner.check import check_plan
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import NoPlanInTime
 from weave_rl.planner.optimize import plan_optimal
@@ -74,6 +75,12 @@ class OnlinePlanner(AdmissionPlanner):
                           kept=f"the new one leaves {', '.join(dropped)} unplaced")
         moved = sorted(jp.name for g in new_plan.groups for jp in g.jobs
                        if jp.name in old and _gpus_of(jp) != old[jp.name])
+        if (new_plan.cost_usd_per_hour + sum(charge[name] for name in moved) >= current.cost_usd_per_hour - 1e-9
+                and set(current.jobs) == names and not check_plan(current, self.topology, jobs)):
+            # A solve cut short returns its fallback (the weave plan, every job moved) or a plan no
+            # cheaper than what runs: moving jobs to it would pay migrations for nothing.
+            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour,
+                          kept="the new one saves less than its moves cost")
         loaded = dict(self.link_load)
         self.reset(jobs, new_plan, "<replan>")
         over = [pair for pair, share in sorted(self.link_load.items()) if self.link_budget is not None

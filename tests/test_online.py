@@ -229,6 +229,30 @@ def test_replan_never_stops_a_placed_job(monkeypatch):
     assert placement(result.plan) == placement(base)
 
 
+def test_a_replan_keeps_the_plan_in_force_when_the_new_one_is_no_cheaper(monkeypatch):
+    # A solve cut short by its time limit returns its fallback: the weave plan from scratch, which
+    # moves every job and may cost more. A and B share one training and one rollout node
+    # ($42.24 + $14.80 = $57.04/h; the rollout node's cycle 200 s against a solo loop of 160 s,
+    # within SLO 2); the fallback here puts each alone ($114.08/h).
+    import weave_rl.planner.online as online
+
+    jobs = jobset(job("A", 100, 60), job("B", 100, 60))
+    base = make_plan(TESTBED, jobs, time_limit_s=5)
+    assert base.cost_usd_per_hour == pytest.approx(TRAIN + ROLLOUT)
+    real = online.plan_optimal
+
+    def cut_short(model, **kw):
+        result = real(model, **kw)
+        result.plan = make_plan(TESTBED, jobs, policy="solo")
+        return result
+
+    monkeypatch.setattr(online, "plan_optimal", cut_short)
+    result = replan(base, jobs, TESTBED, migration_cost_s=0, time_limit_s=5)
+    assert result.moved == [] and result.kept == "the new one saves less than its moves cost"
+    assert placement(result.plan) == placement(base)
+    assert result.cost_after == pytest.approx(TRAIN + ROLLOUT)
+
+
 def test_a_job_joins_a_pool_a_plan_put_in_force_for_free():
     # On a100-32 the optimal plan colocates a (rollout and train taking turns on all 32 GPUs); b,
     # whose SLO allows it, time-shares those GPUs: 300 + 200 + 200 + 200 s plus four warm switches,
