@@ -3,7 +3,10 @@
 - A job is *changed* when it appears, disappears, or its group's cycle or its own slots (offsets,
   durations, GPUs) differ; a finished job that leaves the plan is not a change.
 - A new job *joins hot* when every other member of its new group is unchanged and keeps the same
-  cycle: it slots into the group's next cycle without disturbing anyone.
+  cycle, and no changed job still holds one of its GPUs in the old plan: it slots into the group's
+  next cycle without disturbing anyone. (On GPUs a moved job drains from, it would queue between that
+  job's last phases, and the switch of everything that job's old and new groups touch would wait
+  for its phases as well.)
 - The *closure* of the other changes: every job sharing an old or a new group with a changed job,
   repeated until stable. These groups drain to their cycle boundary before the switch.
 """
@@ -37,11 +40,13 @@ def changed_jobs(old: Mapping[str, Placement], new: Mapping[str, Placement],
 
 
 def hot_joins(changes: set[str], old: Mapping[str, Placement], new: Mapping[str, Placement]) -> set[str]:
+    draining = {g for j in changes if j in old for s in old[j][1].phases for g in s.gpus}
     hot = set()
     for j in changes - set(old):
         group = new[j][0]
         others = [x.name for x in group.jobs if x.name != j]
-        if all(o in old and not changed(old[o], new[o]) and old[o][0].cycle_s == group.cycle_s for o in others):
+        if all(o in old and not changed(old[o], new[o]) and old[o][0].cycle_s == group.cycle_s for o in others) \
+                and draining.isdisjoint(g for s in new[j][1].phases for g in s.gpus):
             hot.add(j)
     return hot
 

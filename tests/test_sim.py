@@ -258,6 +258,42 @@ def test_plan_change_closure_and_hot_joins():
                        jobs=[other.groups[0].jobs[0], d])
     new2 = {**pair.jobs, **plan_of(joined).jobs}
     assert hot_joins(changed_jobs(old, new2, lambda j: False), old, new2) == {"D"}
+    # Not on GPUs that a changed job still drains from: there it waits for the switch. B has
+    # finished, A moves to node pair 2 and a newcomer E takes node pair 0 (A's) or 3 (free).
+    def arrives_hot(node):
+        e = plan_of(solo_group("E", node)).jobs
+        new3 = {**plan_of(solo_group("A", 2)).jobs, **other.jobs, **e}
+        return hot_joins(changed_jobs(old, new3, lambda j: j == "B"), old, new3) == {"E"}
+    assert not arrives_hot(0) and arrives_hot(3)
+
+
+def test_a_newcomer_on_gpus_a_moved_job_drains_from_waits_for_the_switch():
+    """A (rollout 100 s, train 50 s) runs colocated on train-000. At 50 s, mid-rollout, a plan moves
+    A to train-001 and places a newcomer D (rollout 300 s) colocated on train-000, where A has its
+    train of this iteration to run. D waits for the switch at the end of A's iteration (its sync),
+    then starts. Joining at once, D's rollout (planned at 50 s) went ahead of A's last train (planned
+    at 100 s) on train-000: A trained only once D's rollout was done, and A's move waited as long."""
+    def colocated(name, rollout, train):
+        return JobSpec(name=name, params_b=1, slo=2.0,
+                       rollout={"gpus": 8, "gpu_type": "H800", "duration_s": rollout},
+                       train={"gpus": 8, "gpu_type": "H800", "duration_s": train})
+
+    def alone(name, node, r, t, group):
+        jp = job_plan(name, node, node, 0, r, r, t, r + t, r + t + 2)
+        return GroupPlan(name=group, cycle_s=r + t + 2, nodes=[node], jobs=[jp])
+
+    jobs = JobSet(jobs=[colocated("A", 100.0, 50.0), colocated("D", 300.0, 50.0)])
+    moved = plan_of(alone("A", "train-001", 100, 50, "g0"), alone("D", "train-000", 300, 50, "g1"))
+
+    def setup(controller, backend):
+        backend.call_at(50.0, lambda: controller.apply_plan(moved, reason="admit D"))
+
+    r = simulate_plan(plan_of(alone("A", "train-000", 100, 50, "g0")), topo(1, 2), jobs, iterations=2,
+                      rules=STATIC, model=NO_SHARE, setup=setup)
+    a_rollout, a_train, a_sync = rows(r, "A", "rollout")[0], rows(r, "A", "train")[0], rows(r, "A", "sync")[0]
+    assert a_train["start_s"] == pytest.approx(a_rollout["end_s"])
+    assert rows(r, "D", "rollout")[0]["start_s"] == pytest.approx(a_sync["end_s"])
+    assert rows(r, "A", "train")[1]["nodes"] == "train-001"
 
 
 def test_a_tail_keeps_its_own_gpus_and_never_waits_for_loans_taken_back():
