@@ -67,3 +67,27 @@ def test_admission_does_not_join_a_group_whose_member_would_miss_as_drawn():
         first, second = (admission.admit(j) for j in jobs.jobs)
         assert first.placed and second.placed
         assert (second.group == first.group) is shares
+
+
+def test_a_short_job_must_meet_its_slo_with_a_margin_for_its_run_length():
+    # A at SLO 1.2 (ratio about 1.11 as drawn, module doc). Its iterations spread: about 190 s
+    # against a solo 150 s on a short draw (190 - 1.11 x 150 = +24 s), about 200 s against 200 s on
+    # a long one (-22 s): a standard deviation of about 23 s over a mean solo of 175 s, 0.13 of it.
+    # The bound adds 1.645 x 0.13 x sqrt(1/n + 1/99): +0.11 for a 4-iteration run (1.21, over 1.2),
+    # +0.022 for 1,000 iterations (1.13).
+    from weave_rl.planner.drawn import drawn_ratio_bounds
+
+    def check(iterations):
+        jobs = jobset({**job("A", {"samples": [50, 100]}, 100, 1.2), "iterations": iterations}, job("B", 10, 90, 2.0))
+        model = PlanningModel(TESTBED, jobs, "max")
+        _, placed = pair({"samples": [50, 100]})
+        members = [Member(spec, m.rollout_gpus, m.train_gpus) for spec, m in zip(jobs.jobs, placed)]
+        rr = round_robin_timetable(model, members)
+        ratio = drawn_ratios(model, members, rr.phases, rr.cycle_s)["A"]
+        bound = drawn_ratio_bounds(model, members, rr.phases, rr.cycle_s)["A"]
+        return ratio, bound, meets_slos_as_drawn(model, members, rr.phases, rr.cycle_s)
+
+    short, long = check(4), check(1000)
+    assert short[0] == long[0] and 1.05 < short[0] < 1.18  # the same draws, the same mean
+    assert 0.09 < short[1] - short[0] < 0.12 and 0.018 < long[1] - long[0] < 0.026
+    assert not short[2] and long[2]
