@@ -39,11 +39,12 @@ class OnlinePlanner(AdmissionPlanner):
 
     def replan(self, jobs: JobSet, *, migration_cost_s: float = 60.0, horizon_s: float = 3600.0,
                time_limit_s: float = 10.0, threads: int = 2, solver: str = "auto",
-               keep: Collection[str] = ()) -> Replan:
+               keep: Collection[str] = (), unstarted: Collection[str] = ()) -> Replan:
         """Re-optimize ``jobs`` (new profiles, arrivals and departures included), keeping a job where
         it is unless moving it saves more than its migration charge. A job in ``keep`` (one whose SLO
         cannot absorb a migration) moves only where no plan keeps it: its charge is the whole
-        topology's $/h, more than any move saves."""
+        topology's $/h, more than any move saves. A job in ``unstarted`` (placed, not started yet)
+        moves for free."""
         before = self.plan
         names = set(jobs.names)
         for name in [m.job.name for g in list(self.groups.values()) for m in g.members]:
@@ -61,6 +62,7 @@ class OnlinePlanner(AdmissionPlanner):
                 charge[jp.name] = usd * migration_cost_s / horizon_s
         whole = self.topology.cost_usd_per_hour()
         charge.update({name: whole for name in keep if name in charge})
+        charge.update({name: 0.0 for name in unstarted if name in charge})
         try:
             result = plan_optimal(model, max_group_size=self.max_group_size, time_limit_s=time_limit_s,
                                   threads=threads, solver=solver, pinned=pinned, extra=charge)

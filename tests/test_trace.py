@@ -94,21 +94,72 @@ def test_a_job_no_plan_can_place_ends_a_regrouped_trace_as_never_admitted():
     r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=300.0,
                   migration_cost_s=0.0, reopt_time_limit_s=1.0)
     assert r.extra["trace"].never_admitted == ["J2"]
-    assert r.controller.state["J1"].finished_at == pytest.approx(304.0, abs=0.01)
-    assert len(r.extra["trace"].reopts) == 1  # at 300 s, while J1 ran
+    # J1 opened nodes, so it was placed by a re-optimization at 0 s (colocated on its H800 node);
+    # the periodic one at 300 s ran while J1 did, and none after it left.
+    rollout = next(x["duration_s"] for x in r.controller.records if x["phase"] == "rollout")
+    assert r.controller.state["J1"].finished_at == pytest.approx(2 * (rollout + 50.0), abs=0.01)
+    assert [e["t"] for e in r.extra["trace"].reopts] == [0.0, 300.0]
+
+
+def test_with_regrouping_an_arrival_that_opens_nodes_is_placed_by_a_reoptimization_before_it_starts():
+    # J1 (100 + 50 s, SLO 2) alone: admission opens a node pair ($57.04/h; it opens no colocated
+    # group). With regrouping on, the arrival is re-optimized at once, before J1 starts: colocated on
+    # one H800 node ($42.24/h; its rollout there takes longer, within SLO 2), no migration paid, and
+    # the node pair is never held. Without regrouping it keeps the pair.
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=4)])
+
+    def run(every):
+        return run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=every,
+                         migration_cost_s=800.0, reopt_time_limit_s=2.0, model=SimModel(link_sharing=False))
+
+    r = run(1e6)
+    assert r.extra["trace"].reopts == [{"t": 0.0, "moved": [], "usd_per_hour_before": pytest.approx(PAIR_USD),
+                                        "usd_per_hour_after": pytest.approx(8 * 5.28), "admitting": "J1"}]
+    c = r.controller
+    first = next(x for x in c.records if x["phase"] == "rollout")
+    assert first["start_s"] == 0.0 and first["duration_s"] > 100.0  # on H800, at once
+    m = metrics(c, wall_s=r.wall_s, events=r.events, plan_iteration=False)
+    assert m["peak_usd_per_hour"] == pytest.approx(8 * 5.28) and m["slo_attainment"] == 1.0
+    plain = metrics(run(None).controller, wall_s=0, events=0, plan_iteration=False)
+    assert plain["peak_usd_per_hour"] == pytest.approx(PAIR_USD)
+
+
+def test_with_regrouping_a_departure_that_frees_no_node_reoptimizes_the_others_at_once():
+    # J1 is colocated on one H800 node; J2 (from 50 s) rolls out on an H20 node and trains on J1's
+    # ($57.04/h). When J1 leaves (997 s), its node still trains J2, so the release saves nothing:
+    # the others are re-optimized at once, not at the next periodic regrouping (none here). J2
+    # alone colocated costs $42.24/h, $14.80/h less, against a 60 s migration charge of
+    # 57.04 x 60 / 3600 = $0.95/h: it moves after the iteration it is in (ends 1201 s) and rolls out
+    # on the H800 node from 1261 s.
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=5), job("J2", iterations=12, arrival_s=50.0)])
+    r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=1e6,
+                  migration_cost_s=60.0, reopt_time_limit_s=2.0, model=SimModel(link_sharing=False))
+    c = r.controller
+    last = r.extra["trace"].reopts[-1]
+    assert last == {"t": pytest.approx(c.state["J1"].finished_at), "moved": ["J2"], "admitting": None,
+                    "usd_per_hour_before": pytest.approx(PAIR_USD), "usd_per_hour_after": pytest.approx(8 * 5.28)}
+    rollouts = [x for x in c.records if x["job"] == "J2" and x["phase"] == "rollout"]
+    assert [x["nodes"] for x in rollouts] == ["rollout-000"] * 5 + ["train-000"] * 7
+    end4 = next(x["end_s"] for x in c.records if x["job"] == "J2" and x["phase"] == "sync" and x["iteration"] == 4)
+    assert rollouts[5]["start_s"] == pytest.approx(end4 + 60.0)
+    assert [u for at, u, _ in c.held_timeline if at > end4 - 1e-6 and at < c.state["J2"].finished_at] == \
+        [pytest.approx(8 * 5.28)]
 
 
 def test_regrouping_moves_no_job_whose_slo_budget_is_under_one_migration(monkeypatch):
-    # J1 and J2 (100 + 50 s, SLO 2) share one node pair at a 184 s cycle; J3 (SLO 1) runs alone. At
-    # 1200 s J1 has left and J2 alone would be cheaper colocated on one node: $42.24/h against
-    # $57.04/h, a saving of $14.80/h against a migration charge of 57.04 x 800 / 3600 = $12.68/h.
-    # But J2's measured budget is at most 6 x (2 x 152 - 184) = 720 s, under one 800 s migration.
+    # J1 (100 + 50 s, SLO 2) arrives first and is placed colocated on one H800 node; J2 (same, from
+    # 50 s) joins on a fresh H20 node and trains on J1's node ($57.04/h). J1 leaves at 997 s. At the
+    # regrouping at 1100 s, J2 alone would be cheaper colocated: $42.24/h against $57.04/h, a saving
+    # of $14.80/h against a migration charge of 57.04 x 800 / 3600 = $12.68/h. But J2 has finished
+    # three iterations, in 660 s from its first start: a budget of 3 x 2 x 152 - 660 = 252 s, under
+    # one 800 s migration.
     t = topo(2, 2)
-    jobs = JobSet(jobs=[job("J1", iterations=6), job("J2", iterations=6, arrival_s=50.0),
-                        job("J3", iterations=6, arrival_s=100.0, slo=1.0)])
+    jobs = JobSet(jobs=[job("J1", iterations=5), job("J2", iterations=8, arrival_s=50.0)])
 
     def moves():
-        r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=300.0,
+        r = run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=1100.0,
                       migration_cost_s=800.0, reopt_time_limit_s=2.0)
         return [m for e in r.extra["trace"].reopts for m in e["moved"]]
 

@@ -38,7 +38,8 @@ def simulate(
     fail: Optional[str] = typer.Option(None, "--fail", help=FAIL_HELP),
     replan: bool = typer.Option(True, "--replan/--no-replan", help="Replan when drift is detected."),
     reopt_every: Optional[float] = typer.Option(None, "--reopt-every", min=1.0,
-                                                help="Trace: re-optimize all live jobs every this many seconds."),
+                                                help="Trace: re-optimize all live jobs every this many seconds, "
+                                                     "and when an arrival opens nodes or a departure frees none."),
     migration_cost: float = typer.Option(60.0, "--migration-cost", min=0.0, help="Seconds a moved job pauses."),
     static: bool = typer.Option(False, "--static", help="Ignore the plan's elastic rules (no migration, lending)."),
     no_check: bool = typer.Option(False, "--no-check", help="Simulate a plan that fails the plan checker (experts)."),
