@@ -99,7 +99,8 @@ from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
-from weave_rl.planner.columns import Column, FreeNodes, Incumbent, group_timetable, materialize, template_column
+from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, exact_timetable, group_timetable, materialize,
+                                      template_column)
 from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import improve
 from weave_rl.planner.model import PlanningModel
@@ -135,6 +136,7 @@ MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
 REGROUP_TIMETABLE_S = 0.25  # the most a regrouped group's timetable may take (else the group is not formed)
 STALL_DROP = 0.01  # column generation whose LP falls by less than this share (no pricing proven) stalls
+EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
 
@@ -868,12 +870,13 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
             pool.close()
     result.stats["lp_value"] = value
     index = {id(column): i for i, column in enumerate(lp.columns)}
-    closed = [index[id(column)] for column in unverified]
+    closed = [index[id(column)] for column in unverified if not _has_timetable(model, column, deadline)]
     lp.close(closed)
     if banned is not None:
         banned.update(closed)
-    if closed:
-        say(f"{len(closed)} groups of mixed training GPU counts without a round robin closed to dives and master")
+    if unverified:
+        say(f"{len(closed)} of {len(unverified)} groups of mixed training GPU counts without a round robin have "
+            "no timetable either: closed to dives and master")
     state = None
     if value is not None:
         try:
@@ -917,6 +920,15 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
             state.x = lp.last_x[:len(columns)]
         say(f"LP dive: {'out of time' if state.dive is None else f'{attempt} dive(s), best ${best_cost:,.2f}'}")
     return (best if best > -math.inf else None), state
+
+
+def _has_timetable(model: PlanningModel, column: Column, deadline: float) -> bool:
+    """Whether the exact timetable (planner/cyclic.py: milliseconds for small groups) exists, decided
+    while the time lasts."""
+    if time.perf_counter() >= deadline:
+        return False
+    members, _ = materialize(model, column, FreeNodes(model.topology))
+    return exact_timetable(model, members, time_limit_s=EXACT_CHECK_S, threads=1).ok
 
 
 @dataclass

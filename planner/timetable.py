@@ -1,4 +1,5 @@
-"""Exact cyclic timetable of one co-execution group, solved with OR-Tools CP-SAT.
+"""Exact cyclic timetable of one co-execution group: by enumeration where the group is small
+(planner/cyclic.py, milliseconds), else with OR-Tools CP-SAT (the model below).
 
 Given the group's members with fixed GPU sets, find phase offsets and the smallest cycle C such that
 - each job runs rollout -> train -> sync once per cycle, and its next rollout starts no earlier than
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from weave_rl.planner.cyclic import Cyclic, least_cycle
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.roundrobin import Member, PhaseTime
 
@@ -77,7 +79,9 @@ def switch_ms(model: PlanningModel, member: Member, kind: str) -> int:
 
 def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo: bool = True,
                     cycle_cap_s: float | None = None, time_limit_s: float = 10.0, threads: int = 2,
-                    try_lower_bound: bool = True) -> Timetable:
+                    try_lower_bound: bool = True, enumerate_orders: bool = True) -> Timetable:
+    """The least-cycle timetable: by enumeration (planner/cyclic.py) where its search is small
+    (``enumerate_orders``), else with CP-SAT."""
     started = time.perf_counter()
     names = [m.job.name for m in members]
     dur = {m.job.name: phase_durations_ms(model, m) for m in members}
@@ -99,6 +103,12 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
         ub = min(ub, int(math.floor(cycle_cap_s * MS)))
     if lb > ub:
         return Timetable("INFEASIBLE", lower_bound_s=lb / MS, wall_s=time.perf_counter() - started)
+
+    # Small groups: every order enumerated (planner/cyclic.py), exact in milliseconds where CP-SAT
+    # may take seconds; a search over its budget leaves the group to CP-SAT.
+    enumerated = least_cycle(names, dur, sw, stale, list(resources.values()), lb, ub) if enumerate_orders else None
+    if enumerated is not None:
+        return _enumerated(enumerated, names, dur, lb, time.perf_counter() - started)
 
     # The cycle is almost always its lower bound: try that first as a linear feasibility model
     # (a constant cycle makes the wrap-around shifts linear), which CP-SAT settles in milliseconds;
@@ -128,6 +138,17 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
     assert all(0 <= p.start_s < c / MS for job in phases.values() for p in job.values())
     bound = lb if fixed is not None else max(lb, solver.best_objective_bound)
     return Timetable(name, c / MS, phases, lower_bound_s=bound / MS, wall_s=wall)
+
+
+def _enumerated(found: Cyclic, names, dur, lb: int, wall: float) -> Timetable:
+    if found.cycle is None:
+        return Timetable("INFEASIBLE", lower_bound_s=lb / MS, wall_s=wall)
+    c = found.cycle
+    phases = {n: {"rollout": PhaseTime(found.starts[(n, "rollout")] / MS, dur[n]["rollout"] / MS),
+                  "train": PhaseTime(found.starts[(n, "train")] / MS, dur[n]["train"] / MS),
+                  "sync": PhaseTime((found.starts[(n, "train")] + dur[n]["train"]) % c / MS, dur[n]["sync"] / MS)}
+              for n in names}
+    return Timetable("OPTIMAL", c / MS, phases, lower_bound_s=c / MS, wall_s=wall)
 
 
 def _timetable_model(names, dur, sw, stale, resources, shared_phases, lb: int, ub: int, fixed: int | None):

@@ -133,8 +133,8 @@ def test_timetable_settles_at_its_lower_bound_first(staleness):
     jobs = jobs_from_data({"jobs": [job("A", 100, 60), job("B", 80, 70, max_staleness=staleness)]}, "jobs.yaml")
     model = PlanningModel(TESTBED, jobs)
     members = [Member(j, gpus("rollout-000"), gpus("train-000")) for j in jobs.jobs]
-    fast = solve_timetable(model, members, time_limit_s=5)
-    full = solve_timetable(model, members, time_limit_s=5, try_lower_bound=False)
+    fast = solve_timetable(model, members, time_limit_s=5, enumerate_orders=False)
+    full = solve_timetable(model, members, time_limit_s=5, try_lower_bound=False, enumerate_orders=False)
     assert fast.status == "OPTIMAL" and fast.cycle_s == pytest.approx(fast.lower_bound_s)
     assert full.cycle_s == pytest.approx(fast.cycle_s)
 
@@ -142,13 +142,14 @@ def test_timetable_settles_at_its_lower_bound_first(staleness):
 def test_timetable_minimises_the_cycle_when_its_lower_bound_is_not_reachable():
     # A (60 + 90 s) and off-policy B (120 + 90 s) share a rollout and a training node. The shared
     # loads give a lower bound of 180 s plus two warm switches (182.154 s), which no timetable
-    # reaches: the constant-cycle model fails and the full model minimises (183.824 s found).
+    # reaches: CP-SAT's constant-cycle model fails and its full model minimises (183.013 s is the
+    # least: tests/test_cyclic.py).
     jobs = jobs_from_data({"jobs": [job("A", 60, 90, slo=4.0), job("B", 120, 90, slo=4.0, max_staleness=1)]},
                           "jobs.yaml")
     model = PlanningModel(TESTBED, jobs)
     members = [Member(j, gpus("rollout-000"), gpus("train-000")) for j in jobs.jobs]
-    fast = solve_timetable(model, members, time_limit_s=2)
-    full = solve_timetable(model, members, time_limit_s=2, try_lower_bound=False)
+    fast = solve_timetable(model, members, time_limit_s=2, enumerate_orders=False)
+    full = solve_timetable(model, members, time_limit_s=2, try_lower_bound=False, enumerate_orders=False)
     assert fast.ok and fast.lower_bound_s == pytest.approx(182.154)
-    assert fast.cycle_s > fast.lower_bound_s
-    assert fast.cycle_s == pytest.approx(full.cycle_s)
+    assert fast.cycle_s > fast.lower_bound_s and full.cycle_s > fast.lower_bound_s
+    assert min(fast.cycle_s, full.cycle_s) >= 183.013 - 1e-9
