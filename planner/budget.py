@@ -24,6 +24,7 @@ SEARCH_END = 0.98  # every search; the rest is the plan's bound and the checker'
 # Lasts at most this share of the limit.
 DIVE = 0.15  # diving on the LP for integer plans
 NEAR = 0.10  # collecting columns of small reduced cost once the LP is optimal
+DECIDE = 0.08  # deciding exactly the LP's groups of mixed training GPU counts without a round robin
 HALVES = 0.12  # the plan by halves (planner/halves.py)
 TRAIN_HALF = 0.10  # the training half's LP
 STALL_WINDOW = 0.07  # column generation stalls when its LP fell by under 1 % over this long

@@ -126,9 +126,11 @@ def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s
     return exact_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
 
 
-def exact_timetable(model: PlanningModel, members: list[Member], *, time_limit_s: float, threads: int) -> Timetable:
-    """The least-cycle timetable (planner/timetable.py), not ok when it misses an SLO as drawn."""
-    exact = solve_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
+def exact_timetable(model: PlanningModel, members: list[Member], *, time_limit_s: float, threads: int,
+                    least: bool = True) -> Timetable:
+    """The least-cycle timetable (planner/timetable.py; without ``least``, any), not ok when it misses
+    an SLO as drawn."""
+    exact = solve_timetable(model, members, time_limit_s=time_limit_s, threads=threads, least=least)
     if exact.ok and not meets_slos_as_drawn(model, members, exact.phases, exact.cycle_s):
         return Timetable("UNKNOWN", wall_s=exact.wall_s)  # the least cycle, yet some SLO is missed as drawn
     return exact

@@ -41,9 +41,10 @@ class Cyclic:
 
 def least_cycle(names: list[str], dur: dict[str, dict[str, int]], sw: dict[tuple[str, str], int],
                 stale: dict[str, int], resources: list[list[tuple[str, str]]], lb: int, ub: int,
-                node_budget: int = 20_000) -> Cyclic | None:
-    """The least cycle in ``[lb, ub]`` (ms) of the group's timetable model, or infeasible; None when
-    the search needs more than ``node_budget`` constraint additions."""
+                node_budget: int = 20_000, least: bool = True) -> Cyclic | None:
+    """The least cycle in ``[lb, ub]`` (ms) of the group's timetable model (without ``least``: the
+    first order found, at its own least cycle), or infeasible; None when the search needs more than
+    ``node_budget`` constraint additions."""
     search = _Search(names, dur, sw, stale, resources, node_budget)
     best: tuple[int, list[Edge]] | None = None
     target = ub
@@ -53,7 +54,7 @@ def least_cycle(names: list[str], dur: dict[str, dict[str, int]], sw: dict[tuple
             if edges is None:
                 break
             cycle = search.least_for(edges, lb, target)
-            best, target = (cycle, edges), cycle - 1
+            best, target = (cycle, edges), (cycle - 1 if least else lb - 1)
     except OutOfBudget:
         return None
     if best is None:

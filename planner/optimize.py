@@ -92,7 +92,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from weave_rl.planner.budget import (COLGEN_END, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR, PAIR_END,
+from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR, PAIR_END,
                                      PAIR_TRIAL_END, REGROUP_END, STALL_AFTER, STALL_WINDOW, TEMPLATES_END, TRAIN_HALF,
                                      TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
@@ -354,7 +354,7 @@ def _solve_lp(s: _Solve) -> None:
             s.model, builder, s.columns, s.add, s.job_ids, s.charge, s.penalty, s.result,
             deadline=budget.by(COLGEN_END), threads=s.threads, say=s.say,
             incumbent=s.objective(s.hint) if s.hint else None, price=s.result.mode == "colgen",
-            dive_s=budget.lasting(DIVE), near_s=budget.lasting(NEAR),
+            dive_s=budget.lasting(DIVE), near_s=budget.lasting(NEAR), decide_s=budget.lasting(DECIDE),
             dive_unproven=not phases_apart(builder),  # else the plan by halves starts the master
             stall=(budget.by(STALL_AFTER), budget.lasting(STALL_WINDOW)) if fallback else None, banned=s.banned)
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
@@ -765,6 +765,7 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
 
 def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
                        incumbent: float | None = None, price: bool = True, dive_s: float = 0.0, near_s: float = 0.0,
+                       decide_s: float = 0.0,
                        dive_unproven: bool = True, stall: tuple[float, float] | None = None,
                        banned: set[int] | None = None):
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
@@ -870,13 +871,17 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
             pool.close()
     result.stats["lp_value"] = value
     index = {id(column): i for i, column in enumerate(lp.columns)}
-    closed = [index[id(column)] for column in unverified if not _has_timetable(model, column, deadline)]
+    if value is not None:  # those the integer plans most likely take first: least reduced cost
+        unverified.sort(key=lambda c: c.objective - sum(pi[j] for j in c.jobs) - sum(mu.get(k, 0.0) * n
+                                                                                     for k, n in c.nodes))
+    decided_by = time.perf_counter() + decide_s
+    closed = [index[id(column)] for column in unverified if not _has_timetable(model, column, decided_by)]
     lp.close(closed)
     if banned is not None:
         banned.update(closed)
     if unverified:
-        say(f"{len(closed)} of {len(unverified)} groups of mixed training GPU counts without a round robin have "
-            "no timetable either: closed to dives and master")
+        say(f"groups of mixed training GPU counts without a round robin: {len(unverified) - len(closed)} have a "
+            f"timetable, {len(closed)} none (or none found in time): closed to dives and master")
     state = None
     if value is not None:
         try:
@@ -923,12 +928,11 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
 
 
 def _has_timetable(model: PlanningModel, column: Column, deadline: float) -> bool:
-    """Whether the exact timetable (planner/cyclic.py: milliseconds for small groups) exists, decided
-    while the time lasts."""
+    """Whether a timetable is found (planner/cyclic.py: milliseconds for small groups) by ``deadline``."""
     if time.perf_counter() >= deadline:
         return False
     members, _ = materialize(model, column, FreeNodes(model.topology))
-    return exact_timetable(model, members, time_limit_s=EXACT_CHECK_S, threads=1).ok
+    return exact_timetable(model, members, time_limit_s=EXACT_CHECK_S, threads=1, least=False).ok
 
 
 @dataclass

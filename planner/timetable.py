@@ -79,9 +79,10 @@ def switch_ms(model: PlanningModel, member: Member, kind: str) -> int:
 
 def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo: bool = True,
                     cycle_cap_s: float | None = None, time_limit_s: float = 10.0, threads: int = 2,
-                    try_lower_bound: bool = True, enumerate_orders: bool = True) -> Timetable:
+                    try_lower_bound: bool = True, enumerate_orders: bool = True, least: bool = True) -> Timetable:
     """The least-cycle timetable: by enumeration (planner/cyclic.py) where its search is small
-    (``enumerate_orders``), else with CP-SAT."""
+    (``enumerate_orders``), else with CP-SAT. Without ``least`` the enumeration stops at its first
+    timetable (FEASIBLE: whether one exists is all that is asked)."""
     started = time.perf_counter()
     names = [m.job.name for m in members]
     dur = {m.job.name: phase_durations_ms(model, m) for m in members}
@@ -106,9 +107,10 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
 
     # Small groups: every order enumerated (planner/cyclic.py), exact in milliseconds where CP-SAT
     # may take seconds; a search over its budget leaves the group to CP-SAT.
-    enumerated = least_cycle(names, dur, sw, stale, list(resources.values()), lb, ub) if enumerate_orders else None
+    enumerated = least_cycle(names, dur, sw, stale, list(resources.values()), lb, ub, least=least) \
+        if enumerate_orders else None
     if enumerated is not None:
-        return _enumerated(enumerated, names, dur, lb, time.perf_counter() - started)
+        return _enumerated(enumerated, names, dur, lb, time.perf_counter() - started, least)
 
     # The cycle is almost always its lower bound: try that first as a linear feasibility model
     # (a constant cycle makes the wrap-around shifts linear), which CP-SAT settles in milliseconds;
@@ -140,7 +142,7 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
     return Timetable(name, c / MS, phases, lower_bound_s=bound / MS, wall_s=wall)
 
 
-def _enumerated(found: Cyclic, names, dur, lb: int, wall: float) -> Timetable:
+def _enumerated(found: Cyclic, names, dur, lb: int, wall: float, least: bool) -> Timetable:
     if found.cycle is None:
         return Timetable("INFEASIBLE", lower_bound_s=lb / MS, wall_s=wall)
     c = found.cycle
@@ -148,6 +150,8 @@ def _enumerated(found: Cyclic, names, dur, lb: int, wall: float) -> Timetable:
                   "train": PhaseTime(found.starts[(n, "train")] / MS, dur[n]["train"] / MS),
                   "sync": PhaseTime((found.starts[(n, "train")] + dur[n]["train"]) % c / MS, dur[n]["sync"] / MS)}
               for n in names}
+    if not least:
+        return Timetable("FEASIBLE", c / MS, phases, lower_bound_s=lb / MS, wall_s=wall)
     return Timetable("OPTIMAL", c / MS, phases, lower_bound_s=c / MS, wall_s=wall)
 
 
