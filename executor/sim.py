@@ -179,6 +179,9 @@ class SimBackend:
     def step(self) -> bool:
         return self.events.step()
 
+    def idle(self) -> bool:
+        return self.events.peek_time() is None
+
     def warm(self, run: PhaseRun, gpus: Sequence[str]) -> None:
         ex = self.execs.get(run)
         if ex is None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Collection, Protocol, Sequence
 from weave_rl.executor.backend import Backend
 from weave_rl.executor.config import ElasticRules
 from weave_rl.executor.controller import Controller
-from weave_rl.executor.loop import drive
+from weave_rl.executor.loop import Stalled, drive
 from weave_rl.executor.run import Progress, SimResult
 from weave_rl.executor.sim import DriftFn, Fault, SimBackend, SimModel
 from weave_rl.planner.api import make_plan
@@ -142,6 +142,12 @@ def _run(topology: Topology, jobs: JobSet, planner: OnlineLike, backend: Backend
         if len(controller.live_jobs()):
             regroup()
             offer_waiting()  # a regrouped plan may have room (nodes, link budget) a waiting job lacked
+        if not controller.all_finished() and backend.idle():
+            # Nothing runs, nothing is scheduled, and the re-optimization did not start anything: only
+            # this tick would fire again, for ever (drive reports a stall when the backend runs dry).
+            unfinished = sorted(j for j, st in controller.state.items() if not st.finished)
+            raise Stalled(f"trace stalled at t={backend.now():.1f} s: unfinished jobs "
+                          f"{', '.join(unfinished[:5]) or '(none)'} wait on nothing but the re-optimization tick")
         # Once every admitted job has finished and no arrival is left, a waiting job waits for nothing
         # (this replan found it no room): re-optimizing again would loop for ever.
         if pending_arrivals() or not controller.all_finished():

@@ -5,7 +5,8 @@ import pytest
 from weave_rl.executor.config import ElasticRules
 from weave_rl.executor.controller import Controller
 from weave_rl.executor.outputs import metrics
-from weave_rl.executor.sim import SimModel
+from weave_rl.executor.loop import Stalled
+from weave_rl.executor.sim import SimBackend, SimModel
 from weave_rl.executor.trace import BaselinePlanner, run_trace, stabilize
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.online import OnlinePlanner
@@ -99,6 +100,34 @@ def test_a_job_no_plan_can_place_ends_a_regrouped_trace_as_never_admitted():
     rollout = next(x["duration_s"] for x in r.controller.records if x["phase"] == "rollout")
     assert r.controller.state["J1"].finished_at == pytest.approx(2 * (rollout + 50.0), abs=0.01)
     assert [e["t"] for e in r.extra["trace"].reopts] == [0.0, 300.0]
+
+
+class _DropsPermits(SimBackend):
+    """A broken backend: J2's runs are never started, so nothing of J2's ever reports."""
+
+    steps = 0
+
+    def permit(self, run) -> None:
+        if run.job != "J2":
+            super().permit(run)
+
+    def step(self) -> bool:
+        self.steps += 1
+        assert self.steps < 120, "the trace loops on its re-optimization tick"
+        return super().step()
+
+
+def test_a_regrouped_trace_whose_jobs_wait_on_nothing_stops_as_stalled():
+    # Without regrouping the backend runs dry and drive reports the stall; with it, the tick kept
+    # re-scheduling itself for ever. J1 finishes at about 304 s; the tick at 600 s finds J2 waiting
+    # on nothing (it re-optimized, and nothing runs or is scheduled).
+    t = topo(2, 2)
+    jobs = JobSet(jobs=[job("J1", iterations=2), job("J2", iterations=2, arrival_s=50.0)])
+    backend = _DropsPermits(t, jobs)
+    with pytest.raises(Stalled, match=r"t=600\.0 s: unfinished jobs J2 wait on nothing but the re-optimization"):
+        run_trace(t, jobs, OnlinePlanner(t, JobSet()), rules=ElasticRules.off(), reopt_every_s=300.0,
+                  migration_cost_s=0.0, reopt_time_limit_s=1.0, backend=backend)
+    assert backend.steps < 100
 
 
 def test_with_regrouping_an_arrival_that_opens_nodes_is_placed_by_a_reoptimization_before_it_starts():

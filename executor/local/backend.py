@@ -339,6 +339,9 @@ class WorkerBackend:
             return max(0.0, min(1.0, self.timers[0][0] - self.now()))
         return 1.0
 
+    def idle(self) -> bool:
+        return self._wait_budget() is None
+
     def step(self) -> bool:
         for ev in self.transport.check_heartbeats(self.heartbeat_timeout_s):
             self._on(ev)
