@@ -16,10 +16,9 @@ ENUMERATION_END = 0.10  # candidate enumeration: beyond it column generation pri
 PAIR_TRIAL_END = 0.15  # the LP by pairs not settled by then: column generation would not settle either
 PAIR_END = 0.30  # the LP by pairs, in one process (with threads to spare it goes on until REGROUP_END)
 COLGEN_END = 0.60  # column generation (the dives and the columns near the LP optimum are after it)
-STALL_AFTER = 0.25  # from then on, column generation whose LP stalls stops (where a fallback applies)
 REGROUP_END = 0.84  # the regrouping of the plan by halves (planner/regroup.py)
 MASTER_END = 0.88  # the integer master (CBC may overrun by a second); the timetables take the rest
-SEARCH_END = 0.98  # every search; the rest is the plan's bound and the checker's (0.2-0.3 s for 300 jobs)
+SEARCH_END = 0.98  # every search (the neighbourhood search's end); the rest is the plan's bound and the checker's
 
 # Lasts at most this share of the limit.
 DIVE = 0.15  # diving on the LP for integer plans
@@ -27,8 +26,8 @@ NEAR = 0.10  # collecting columns of small reduced cost once the LP is optimal
 DECIDE = 0.08  # deciding exactly the LP's groups of mixed training GPU counts without a round robin
 HALVES = 0.12  # the plan by halves (planner/halves.py)
 TRAIN_HALF = 0.10  # the training half's LP
-STALL_WINDOW = 0.07  # column generation stalls when its LP fell by under 1 % over this long
-LNS = 0.75  # of a large master's time, the neighbourhood search's (planner/lns.py); CBC has the rest
+LNS = 0.75  # of a large master's time until MASTER_END, the neighbourhood search's (planner/lns.py; it goes on
+           # until SEARCH_END, timetabling as it goes); CBC has the rest
 
 
 @dataclass(frozen=True)

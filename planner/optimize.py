@@ -46,12 +46,9 @@ completes), its LP is not dived on; the plan built half by half (planner/halves.
 rollout classes, then those classes packed into training pools) starts the integer master instead:
 there it is 1-3 % cheaper than the dives' plan. That holds where no cluster hosts both kinds of
 phase; elsewhere (Hetero, some of whose jobs may roll out on training GPUs) the unsettled LP is
-dived on as usual. Where every job has one option of one node per
-phase (planner/regroup.py), column generation that stalls (its LP falling by under 1 % in the last
-7 % of the limit, from 25 % of it on, nothing proven) stops there, and windows of the plan by
-halves are re-cut exactly until 84 % of the limit, every new group timetabled (measured on 300 RH
-jobs before the LP by pairs below: from $5,733 / $5,820 / $5,686 to $5,638-5,653 / $5,699 /
-$5,549). Masters whose LP settles keep the dives.
+dived on as usual. Where every job has one option of one node per phase (planner/regroup.py),
+windows of the plan by halves are then re-cut exactly until 84 % of the limit, every new group
+timetabled. Masters whose LP settles keep the dives.
 
 Where besides no rollout node ever holds three jobs (RH), the same LP is solved first *by pairs*
 (planner/pairlp.py): a pricing that knows a group is a training node plus one rollout node per job,
@@ -97,7 +94,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR, PAIR_END,
-                                     PAIR_TRIAL_END, REGROUP_END, STALL_AFTER, STALL_WINDOW, TEMPLATES_END, TRAIN_HALF,
+                                     PAIR_TRIAL_END, REGROUP_END, TEMPLATES_END, TRAIN_HALF,
                                      TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
@@ -139,7 +136,6 @@ DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times
 MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
 REGROUP_TIMETABLE_S = 0.25  # the most a regrouped group's timetable may take (else the group is not formed)
-STALL_DROP = 0.01  # column generation whose LP falls by less than this share (no pricing proven) stalls
 EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
@@ -335,12 +331,10 @@ def _enumerate(s: _Solve, budget: int) -> None:
 def _solve_lp(s: _Solve) -> None:
     """The LP: its bound, its dives as starting plans. A complete enumeration needs no pricing.
 
-    Where the plan by halves and its regrouping apply, column generation that will not settle gives
-    its time to them (300 RH jobs: the LP falls 0.1-0.2 % a second and never settles in 30 s; 300
-    Mixed jobs: about 1 % a second until it settles at 7-11 s). Where a rollout node holds one job
-    or two, the same LP by pairs (planner/pairlp.py) comes first, its pricing being quicker; with
-    threads to spare it goes on in a forked process while the plan is regrouped. When it has not
-    settled by PAIR_TRIAL_END, column generation would not either and is skipped."""
+    Where the plan by halves and its regrouping apply and a rollout node holds one job or two, the
+    same LP by pairs (planner/pairlp.py) comes first, its pricing being quicker; with threads to
+    spare it goes on in a forked process while the plan is regrouped. When it has not settled by
+    PAIR_TRIAL_END, column generation would not either and is skipped."""
     builder, budget = s.builder, s.budget
     fallback = bool(s.job_ids) and not s.charge and phases_apart(builder) and eligible(builder)
     if fallback and s.result.mode == "colgen" and pair_applies(builder):
@@ -355,12 +349,8 @@ def _solve_lp(s: _Solve) -> None:
             return
     try:
         s.lagrangian, s.lp_state = _column_generation(
-            s.model, builder, s.columns, s.add, s.job_ids, s.charge, s.penalty, s.result,
-            deadline=budget.by(COLGEN_END), threads=s.threads, say=s.say,
-            incumbent=s.objective(s.hint) if s.hint else None, price=s.result.mode == "colgen",
-            dive_s=budget.lasting(DIVE), near_s=budget.lasting(NEAR), decide_s=budget.lasting(DECIDE),
-            dive_unproven=not phases_apart(builder),  # else the plan by halves starts the master
-            stall=(budget.by(STALL_AFTER), budget.lasting(STALL_WINDOW)) if fallback else None, banned=s.banned)
+            s, price=s.result.mode == "colgen",
+            dive_unproven=not phases_apart(builder))  # else the plan by halves starts the master
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
         s.say(str(exc))
         s.result.stats["lp_trouble"] = str(exc)
@@ -483,10 +473,11 @@ def _solve_master(s: _Solve) -> None:
             continue
         bound = s.lp_bound()
         at_bound = bound is not None and master.objective <= bound * (1 + 1e-6) + 1e-6
-        if not s.whole and not at_bound and master_end - time.perf_counter() > 0.5:
+        # The search verifies every group it takes: it may run until every search stops.
+        if not s.whole and not at_bound and s.budget.left() > 0.5:
             s.master = _search_neighbourhoods(s.model, s.columns, s.job_ids, master, s.banned - s.priced_out,
-                                              s.penalty, master_end, s.exclusive, s.support, s.threads, s.timetables,
-                                              s.verified, s.result, s.say)
+                                              s.penalty, s.budget.deadline, s.exclusive, s.support, s.threads,
+                                              s.timetables, s.verified, s.result, s.say)
         return
 
 
@@ -767,17 +758,15 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
     return sum(columns[i].objective for i in inc.columns) + penalty * len(inc.rejected)
 
 
-def _column_generation(model, builder, columns, add, job_ids, charge, penalty, result, *, deadline, threads, say,
-                       incumbent: float | None = None, price: bool = True, dive_s: float = 0.0, near_s: float = 0.0,
-                       decide_s: float = 0.0,
-                       dive_unproven: bool = True, stall: tuple[float, float] | None = None,
-                       banned: set[int] | None = None):
+def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[float | None, "LpState | None"]:
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
-    Returns the best Lagrangian bound (None when no pricing was proven). Without ``dive_unproven``
-    an LP whose pricing never completed is not dived on (the caller has a better start then). With
-    ``stall = (after, window_s)``: from ``after`` (a time.perf_counter() value) on, an LP that fell
-    by less than STALL_DROP in the last ``window_s`` seconds, no pricing proven yet, ends column
-    generation: it will not settle in the time (the caller builds its plan otherwise)."""
+    Returns the best Lagrangian bound (None when no pricing was proven) and the LP with its dives.
+    Without ``dive_unproven`` an LP whose pricing never completed is not dived on (the caller has a
+    better start then). The groups found without a timetable join ``s.banned``."""
+    model, builder, columns, add, job_ids, charge, penalty, result, threads, say = (
+        s.model, s.builder, s.columns, s.add, s.job_ids, s.charge, s.penalty, s.result, s.threads, s.say)
+    deadline, incumbent = s.budget.by(COLGEN_END), s.objective(s.hint) if s.hint else None
+    dive_s, near_s, decide_s = (s.budget.lasting(share) for share in (DIVE, NEAR, DECIDE))
     lp = LpMaster(job_ids, model.topology, penalty)
     for column in columns:
         lp.add(column)
@@ -786,7 +775,6 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
     rotation: dict = {}
     value = None
     greedy = True
-    history: list[tuple[float, float]] = []  # (time, LP value) per round
     near_duals = None  # the duals at which column generation stopped converged
     # Pools whose members train at one GPU count first (a far quicker search where jobs have several
     # counts); once their LP is optimal, pools of mixed counts too. Only a pricing over the whole
@@ -846,14 +834,6 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
                 lp.add(column)
             say(f"column generation {result.lp_iterations}: LP ${value:,.2f}, bound ${best:,.2f}, "
                 f"+{len(fresh)} columns ({how})")
-            now = time.perf_counter()
-            history.append((now, value))
-            if stall is not None and best == -math.inf and now >= stall[0]:
-                earlier = [v for t, v in history if t <= now - stall[1]]
-                if earlier and value > earlier[-1] * (1 - STALL_DROP):
-                    say(f"column generation stops: its LP fell by under {STALL_DROP:.0%} in {stall[1]:.1f} s, "
-                        f"no pricing proven")
-                    break
             if value - best <= CG_GAP * max(1.0, abs(value)):
                 near_duals = (value, pi, mu)
                 break
@@ -890,8 +870,7 @@ def _column_generation(model, builder, columns, add, job_ids, charge, penalty, r
     decided_by = time.perf_counter() + decide_s
     closed = [index[id(column)] for column in unverified if not _has_timetable(model, column, decided_by)]
     lp.close(closed)
-    if banned is not None:
-        banned.update(closed)
+    s.banned.update(closed)
     if unverified:
         say(f"groups without a round robin (mixed training GPU counts, or in the LP's support): "
             f"{len(unverified) - len(closed)} have a timetable, {len(closed)} none (or none found in time): "
