@@ -103,7 +103,7 @@ from weave_rl.planner.colocated import SharedPools, colocated_options, shared_po
 from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, exact_timetable, group_timetable, materialize,
                                       template_column)
 from weave_rl.planner.halves import decomposed_plan, half, phases_apart
-from weave_rl.planner.lns import improve
+from weave_rl.planner.lns import search
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import fits_cap
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
@@ -1038,13 +1038,15 @@ def _search_neighbourhoods(model, columns, job_ids, master: IntegerResult, banne
     """The master's verified plan improved over every column not ``banned`` (planner/lns.py), each
     improvement only with a timetable for every new group; the plan returned is laid out in
     ``verified``. With threads to spare, one search per thread in forked processes (the search is
-    pure Python but for small CP-SAT models), in epochs that all start from the best plan so far."""
+    pure Python but for small CP-SAT models)."""
+    def timetable(i: int, limit_s: float):
+        members, _ = materialize(model, columns[i], FreeNodes(model.topology))
+        return group_timetable(model, members, time_limit_s=limit_s, threads=1)
+
     start = Incumbent(list(master.chosen), list(master.rejected), master.objective)
-    setup = (model, columns, job_ids, penalty, exclusive, support)
-    if threads > 1:
-        better = _parallel_search(setup, start, banned, timetables, deadline, threads, result.master_solves)
-    else:
-        better = _search_part(setup, start, banned, timetables, deadline, result.master_solves, threads)[0]
+    better = search(columns, job_ids, model.topology, start, banned=banned, penalty=penalty, deadline=deadline,
+                    exclusive=exclusive, support=support, workers=threads, seed=result.master_solves,
+                    decide=timetable, known=timetables)
     if better.objective >= master.objective - 1e-6:
         return master
     say(f"neighbourhood search: ${better.objective:,.2f}/h")
@@ -1054,77 +1056,6 @@ def _search_neighbourhoods(model, columns, job_ids, master: IntegerResult, banne
         return improved
     _verify(model, columns, master.chosen, verified, set(), math.inf, threads, result, timetables)
     return master
-
-
-def _search_part(setup, start: Incumbent, banned: set[int], timetables: dict, deadline: float, seed: int,
-                 threads: int) -> tuple[Incumbent, dict]:
-    """One neighbourhood search; returns its plan and the timetables it computed (``timetables``
-    and ``banned`` gain them too)."""
-    model, columns, job_ids, penalty, exclusive, support = setup
-    known = set(timetables)
-
-    def timetabled(new: list[int]) -> bool:
-        ok = _timetabled(model, columns, new, timetables, deadline, threads)
-        banned.update(i for i in new if i in timetables and not timetables[i].ok)
-        return ok
-
-    better = improve(columns, job_ids, model.topology, start, banned=banned, penalty=penalty, deadline=deadline,
-                     exclusive=exclusive, support=support, seed=seed, accept=timetabled)
-    return better, {i: tt for i, tt in timetables.items() if i not in known}
-
-
-_SEARCH: dict = {}  # what the forked search processes inherit
-
-
-def _search_worker(args):
-    start, seed, deadline = args
-    setup, banned, timetables = _SEARCH["setup"], _SEARCH["banned"], _SEARCH["timetables"]
-    return _search_part(setup, start, set(banned), dict(timetables), deadline, seed, 1)
-
-
-LNS_EPOCH_S = 2.0  # the parallel searches meet this often and go on from the best plan
-
-
-def _parallel_search(setup, start: Incumbent, banned: set[int], timetables: dict, deadline: float, workers: int,
-                     seed: int) -> Incumbent:
-    """``workers`` searches of different seeds per epoch, each from the best plan of the last epoch.
-    Fresh processes every epoch inherit the columns banned and timetables found so far."""
-    import multiprocessing
-
-    best, epoch = start, 0
-    while deadline - time.perf_counter() > 0.3:
-        end = min(deadline, time.perf_counter() + LNS_EPOCH_S)
-        if deadline - end < 1.0:  # no short last epoch: this one runs to the deadline
-            end = deadline
-        _SEARCH.update(setup=setup, banned=banned, timetables=timetables)
-        pool = multiprocessing.get_context("fork").Pool(workers)
-        try:
-            answers = pool.map(_search_worker, [(best, 1000 * seed + workers * epoch + w, end) for w in range(workers)])
-        finally:
-            pool.terminate()
-            _SEARCH.clear()
-        for plan, found in answers:
-            timetables.update(found)
-            banned.update(i for i, tt in found.items() if not tt.ok)
-            if plan.objective < best.objective - 1e-6:
-                best = plan
-        epoch += 1
-    return best
-
-
-def _timetabled(model, columns, new: list[int], timetables: dict, deadline: float, threads: int) -> bool:
-    """Whether each of the ``new`` columns has a timetable (computed now when not known, within
-    0.3 s each; a column still unknown after that counts as without)."""
-    for i in new:
-        if i not in timetables:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                return False
-            members, _ = materialize(model, columns[i], FreeNodes(model.topology))
-            timetables[i] = group_timetable(model, members, time_limit_s=min(0.3, left), threads=threads)
-        if not timetables[i].ok:
-            return False
-    return True
 
 
 def _verify(model, columns, chosen, verified, banned, deadline, threads, result, timetables) -> list[int] | None:

@@ -74,27 +74,21 @@ def test_never_dearer_than_the_start_and_stops_at_the_deadline():
     assert sorted(best.columns) == [0, 1, 2, 3] and best.objective == pytest.approx(40.0)
 
 
-class _Model:  # what the search reads of a planning model when timetables are stubbed below
-    topology = TESTBED
-
-
-def test_parallel_search_merges_the_workers_plans_and_bans(monkeypatch):
-    # Two forked searches per epoch. Pair (0, 1) has no timetable (its check fails in a worker):
-    # the parent learns of it (banned, its timetable kept) and the best plan uses pair (2, 3).
-    import weave_rl.planner.optimize as optimize
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_search_takes_only_decided_columns_and_keeps_the_bans(workers):
+    # Pair (0, 1) has no timetable. With two workers, two forked searches per epoch: the parent
+    # learns of the pair's verdict from a worker (banned, its verdict kept); the best plan uses pair (2, 3).
+    from weave_rl.planner.lns import search
     from weave_rl.planner.timetable import Timetable
 
-    def timetabled(model, columns, new, timetables, deadline, threads):
-        for i in new:
-            timetables.setdefault(i, Timetable("INFEASIBLE" if i == 4 else "FEASIBLE"))
-        return all(timetables[i].ok for i in new)
+    def decide(i, limit_s):
+        return Timetable("INFEASIBLE" if i == 4 else "FEASIBLE")
 
-    monkeypatch.setattr(optimize, "_timetabled", timetabled)
     columns = master([(0, 1), (2, 3)])
-    setup = (_Model(), columns, list(range(4)), PENALTY, [], {})
     banned, timetables = set(), {}
-    best = optimize._parallel_search(setup, Incumbent([0, 1, 2, 3], [], 40.0), banned, timetables,
-                                     time.perf_counter() + 2.5, workers=2, seed=0)
+    best = search(columns, list(range(4)), TESTBED, Incumbent([0, 1, 2, 3], [], 40.0), banned=banned,
+                  penalty=PENALTY, deadline=time.perf_counter() + 2.5, exclusive=[], support={}, workers=workers, seed=0,
+                  decide=decide, known=timetables)
     assert sorted(best.columns) == [0, 1, 5]
     assert best.objective == pytest.approx(32.0)
     assert 4 in banned and not timetables[4].ok and timetables[5].ok
