@@ -126,6 +126,13 @@ def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s
     return exact_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
 
 
+def column_timetable(model: PlanningModel, column: Column, *, time_limit_s: float, threads: int = 1) -> Timetable:
+    """``group_timetable`` of the column's group laid out on free nodes (which nodes of its clusters
+    it gets changes no timetable)."""
+    members, _ = materialize(model, column, FreeNodes(model.topology))
+    return group_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
+
+
 def exact_timetable(model: PlanningModel, members: list[Member], *, time_limit_s: float, threads: int,
                     least: bool = True) -> Timetable:
     """The least-cycle timetable (planner/timetable.py; without ``least``, any), not ok when it misses

@@ -100,8 +100,8 @@ from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
-from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, exact_timetable, group_timetable, materialize,
-                                      template_column)
+from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, column_timetable, exact_timetable, group_timetable,
+                                      materialize, template_column)
 from weave_rl.planner.halves import decomposed_plan, half, phases_apart
 from weave_rl.planner.lns import search
 from weave_rl.planner.model import PlanningModel
@@ -267,9 +267,8 @@ class _Solve:
                      cost_usd_per_hour=column.cost, solver=SolverInfo(name="none", status="TEMPLATE"), groups=[group])
         if not check_plan(alone, self.topo, JobSet(jobs=tuple(self.model.jobs[j.name] for j in group.jobs))):
             return True
-        members, _ = materialize(self.model, column, FreeNodes(self.topo))
         left = self.budget.by(TEMPLATES_END) - time.perf_counter()
-        return group_timetable(self.model, members, time_limit_s=min(1.0, max(0.0, left)), threads=self.threads).ok
+        return column_timetable(self.model, column, time_limit_s=min(1.0, max(0.0, left)), threads=self.threads).ok
 
 
 def _add_templates(s: _Solve, start: Plan | None, pinned: Sequence[GroupPlan]) -> None:
@@ -385,8 +384,7 @@ def _plan_by_halves(s: _Solve) -> None:
         before = sum(g.cost for g in groups)
 
         def timetabled(cand: Candidate) -> bool:
-            members, _ = materialize(s.model, _candidate_column(cand, s.charge), FreeNodes(s.topo))
-            return group_timetable(s.model, members, time_limit_s=REGROUP_TIMETABLE_S, threads=1).ok
+            return column_timetable(s.model, _candidate_column(cand, s.charge), time_limit_s=REGROUP_TIMETABLE_S).ok
 
         groups = regroup(builder, groups, s.budget.by(REGROUP_END), workers, timetabled=timetabled)
         s.say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
@@ -922,8 +920,7 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
 
 def _has_round_robin(model: PlanningModel, column: Column) -> bool:
     """Whether the round robin (constant time) meets every member's SLO."""
-    members, _ = materialize(model, column, FreeNodes(model.topology))
-    return group_timetable(model, members, time_limit_s=0.0, threads=1).ok
+    return column_timetable(model, column, time_limit_s=0.0).ok
 
 
 def _has_timetable(model: PlanningModel, column: Column, deadline: float) -> bool:
@@ -1039,14 +1036,11 @@ def _search_neighbourhoods(model, columns, job_ids, master: IntegerResult, banne
     improvement only with a timetable for every new group; the plan returned is laid out in
     ``verified``. With threads to spare, one search per thread in forked processes (the search is
     pure Python but for small CP-SAT models)."""
-    def timetable(i: int, limit_s: float):
-        members, _ = materialize(model, columns[i], FreeNodes(model.topology))
-        return group_timetable(model, members, time_limit_s=limit_s, threads=1)
-
     start = Incumbent(list(master.chosen), list(master.rejected), master.objective)
     better = search(columns, job_ids, model.topology, start, banned=banned, penalty=penalty, deadline=deadline,
                     exclusive=exclusive, support=support, workers=threads, seed=result.master_solves,
-                    decide=timetable, known=timetables)
+                    decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s),
+                    known=timetables)
     if better.objective >= master.objective - 1e-6:
         return master
     say(f"neighbourhood search: ${better.objective:,.2f}/h")
