@@ -446,26 +446,37 @@ class _Search:
                 self._leaf_one_node(ctx, jobs, trains, train_offsets, opts, gain, budget, need)
                 return
         best = None
+        n = len(jobs)
         for rollouts in itertools.product(*[opts[j] for j in jobs]):
-            fits: dict[int, tuple | None] = {}  # per class (a bit mask of members), asked once per choice
-            for part, masks in zip(partitions(len(jobs)), partition_masks(len(jobs))):
-                cost, offsets, nodes = 0.0, [0] * len(jobs), {key[1]: key[2]}
+            # A class's cost needs only its cluster and width: a partition that cannot beat the budget
+            # or the best so far is passed over before any of its classes is laid out (most are).
+            dear: dict[int, float] = {}  # per class (a bit mask of members): its cost, inf on two clusters
+            fits: dict[int, tuple | None] = {}  # per class: its layout, asked once per choice
+            for part, masks in zip(partitions(n), partition_masks(n)):
+                cost = 0.0
                 for cls, mask in zip(part, masks):
-                    fit = fits.get(mask, _UNSEEN)
-                    if fit is _UNSEEN:
-                        fit = fits[mask] = self._class([(jobs[i], rollouts[i]) for i in cls])
-                    if fit is None:
-                        break
-                    cluster, width, layout = fit
-                    cost += self.price[cluster] * width
+                    if mask not in dear:
+                        clusters = {rollouts[i].cluster for i in cls}
+                        dear[mask] = math.inf if len(clusters) > 1 else \
+                            self.price[clusters.pop()] * max(rollouts[i].nodes for i in cls)
+                    cost += dear[mask]
                     if cost >= budget - EPS or (best is not None and cost - gain + fixed >= best[0]):
                         break
-                    nodes[cluster] = nodes.get(cluster, 0) + width
-                    for i, first in zip(cls, layout):
-                        offsets[i] = first
                 else:
-                    if all(n <= b.topo.clusters[c].nodes for c, n in nodes.items()):
-                        best = (fixed + cost - gain, rollouts, part, offsets)
+                    offsets, nodes = [0] * n, {key[1]: key[2]}
+                    for cls, mask in zip(part, masks):
+                        fit = fits.get(mask, _UNSEEN)
+                        if fit is _UNSEEN:
+                            fit = fits[mask] = self._class([(jobs[i], rollouts[i]) for i in cls])
+                        if fit is None:
+                            break
+                        cluster, width, layout = fit
+                        nodes[cluster] = nodes.get(cluster, 0) + width
+                        for i, first in zip(cls, layout):
+                            offsets[i] = first
+                    else:
+                        if all(k <= b.topo.clusters[c].nodes for c, k in nodes.items()):
+                            best = (fixed + cost - gain, rollouts, part, offsets)
         if best is not None and best[0] < self.threshold:
             rc, rollouts, part, offsets = best
             self._keep(ctx, make_candidate(b, jobs, list(trains), list(rollouts), [list(c) for c in part], offsets,
