@@ -415,14 +415,20 @@ class _Search:
         budget = gain - ctx.fixed + self.threshold + EPS  # rollout classes must cost less for rc < threshold
         costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
-            train_offsets = self._pool_layout(ctx, trains)
-            if train_offsets is None:
-                continue
             opts = {j: [o for o in ctx.opts[j] if fits_cap(b.loop_s(j, t, o), cap)] for j, t in zip(jobs, trains)}
             choices = tuple(tuple(map(id, opts[j])) for j in jobs)
-            if all(opts.values()) and choices not in costed:
+            if not all(opts.values()) or choices in costed:
+                continue
+            # The choices of rollouts that may do (see ``_rollout_floor``), before the pool is laid out
+            rollouts = [r for r in itertools.product(*[opts[j] for j in jobs])
+                        if ctx.fixed + self._rollout_floor(r, cap) - gain < self.threshold]
+            if not rollouts:
+                costed.add(choices)  # on any layout
+                continue
+            train_offsets = self._pool_layout(ctx, trains)
+            if train_offsets is not None:
                 costed.add(choices)
-                self._leaf_rollouts(ctx, jobs, trains, train_offsets, opts, gain, budget)
+                self._leaf_rollouts(ctx, jobs, trains, train_offsets, opts, rollouts, gain, budget)
 
     def _pool_layout(self, ctx, trains: tuple) -> tuple[int, ...] | None:
         """Where each member's train starts in the pool (``class_layout``), or None; cached per leader."""
@@ -433,21 +439,23 @@ class _Search:
             self._layouts[trains] = fit
         return self._layouts[trains]
 
-    def _leaf_rollouts(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict, gain: float,
-                       budget: float) -> None:
+    def _leaf_rollouts(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict,
+                       choices: list[tuple], gain: float, budget: float) -> None:
+        """The best rollout classes of the group on this layout of its pool, among the ``choices`` of
+        rollout options (one per member) that passed ``_rollout_floor``."""
         key, cap, fixed = ctx.key, ctx.cap, ctx.fixed
         b = self.b
-        if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs):
-            # One-node rollouts: at least ceil(total rollout time / cap) classes.
-            need = math.ceil(sum(opts[j][0].duration_s for j in jobs) / cap - 1e-9)
-            if need * min(self.price[opts[j][0].cluster] for j in jobs) >= budget - EPS:
-                return
-            if len({opts[j][0].cluster for j in jobs}) == 1:
-                self._leaf_one_node(ctx, jobs, trains, train_offsets, opts, gain, budget, need)
-                return
+        if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs) and \
+                len({opts[j][0].cluster for j in jobs}) == 1:
+            need = math.ceil(sum(opts[j][0].duration_s for j in jobs) / cap - 1e-9)  # classes at least
+            self._leaf_one_node(ctx, jobs, trains, train_offsets, opts, gain, budget, need)
+            return
         best = None
         n = len(jobs)
-        for rollouts in itertools.product(*[opts[j] for j in jobs]):
+        for rollouts in choices:
+            floor = fixed + self._rollout_floor(rollouts, cap) - gain
+            if best is not None and floor >= best[0]:
+                continue  # no partition of these rollouts can do better
             # A class's cost needs only its cluster and width: a partition that cannot beat the budget
             # or the best so far is passed over before any of its classes is laid out (most are).
             dear: dict[int, float] = {}  # per class (a bit mask of members): its cost, inf on two clusters
@@ -481,6 +489,16 @@ class _Search:
             rc, rollouts, part, offsets = best
             self._keep(ctx, make_candidate(b, jobs, list(trains), list(rollouts), [list(c) for c in part], offsets,
                                            list(train_offsets)), rc)
+
+    def _rollout_floor(self, rollouts: tuple, cap: float) -> float:
+        """No partition of these rollouts into classes costs less: on each cluster, classes at least as
+        wide as its widest rollout, and together as many nodes as its rollouts' node-time over the cap."""
+        floor = 0.0
+        for cluster in {o.cluster for o in rollouts}:
+            here = [o for o in rollouts if o.cluster == cluster]
+            need = math.ceil((sum(o.nodes * o.duration_s for o in here) - TOL) / cap - 1e-9)
+            floor += self.price[cluster] * max(need, max(o.nodes for o in here))
+        return floor
 
     def _leaf_one_node(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict, gain: float,
                        budget: float, need: int) -> None:

@@ -91,44 +91,51 @@ def least_busy_layout(opts: tuple["PhaseOption", ...], node_mem_gb: float,
         busy = sum(load_s(o, shared) for o in opts)
         fits = fits_memory(sum(o.host_mem_gb for o in opts), node_mem_gb) and busy <= within
         return (busy, (0,) * len(opts)) if fits else (math.inf, None)
-    # Depth first, widest phases first, identical phases at non-decreasing first nodes; a branch
-    # whose busiest node (switches not yet counted) already exceeds the best (at first ``within``)
-    # is cut. Ties go to the lexicographically least layout, as a plain enumeration in order would give.
+    # Depth first, widest phases first, identical phases at non-decreasing first nodes; a branch is
+    # cut when a node it loads would already exceed the best (at first ``within``): its busy time, and
+    # its switches once two phases share it (nodes only gain phases deeper down). Ties go to the
+    # lexicographically least layout, as a plain enumeration in order would give.
     n = len(opts)
     order = sorted(range(n), key=lambda i: -opts[i].nodes)
+    spans = [opts[i].nodes for i in order]
+    durations = [opts[i].duration_s for i in order]
+    switches = [opts[i].switch_s for i in order]
+    mems = [opts[i].host_mem_gb for i in order]
+    same = [k > 0 and opts[order[k - 1]] == opts[order[k]] for k in range(n)]
+    mem_cap = node_mem_gb * (1 + MEM_TOL)
     busy, switch, users, mem = [0.0] * width, [0.0] * width, [0] * width, [0.0] * width
     first = [0] * n
     best: list = [within, None]
 
     def place(k: int) -> None:
         if k == n:
-            worst = max(b + (s if c > 1 else 0.0) for b, s, c in zip(busy, switch, users))
+            worst = max(busy[u] + switch[u] if users[u] > 1 else busy[u] for u in range(width))
             if best[1] is None:
                 if worst <= within:
                     best[0], best[1] = worst, tuple(first)
             elif worst < best[0] - 1e-12 or (worst <= best[0] + 1e-12 and tuple(first) < best[1]):
                 best[0], best[1] = worst, tuple(first)
             return
-        i = order[k]
-        o = opts[i]
-        start = first[order[k - 1]] if k and opts[order[k - 1]] == o else 0
-        for f in range(start, width - o.nodes + 1):
-            nodes = range(f, f + o.nodes)
-            if any(not fits_memory(mem[u] + o.host_mem_gb, node_mem_gb) for u in nodes) or \
-                    any(busy[u] + o.duration_s > best[0] + 1e-12 for u in nodes):
-                continue
-            for u in nodes:
-                busy[u] += o.duration_s
-                switch[u] += o.switch_s
-                users[u] += 1
-                mem[u] += o.host_mem_gb
-            first[i] = f
-            place(k + 1)
-            for u in nodes:
-                busy[u] -= o.duration_s
-                switch[u] -= o.switch_s
-                users[u] -= 1
-                mem[u] -= o.host_mem_gb
+        i, span, d, sw, m = order[k], spans[k], durations[k], switches[k], mems[k]
+        limit = best[0] + 1e-12
+        for f in range(first[order[k - 1]] if same[k] else 0, width - span + 1):
+            for u in range(f, f + span):
+                if mem[u] + m > mem_cap or busy[u] + d + (switch[u] + sw if users[u] else 0.0) > limit:
+                    break
+            else:
+                for u in range(f, f + span):
+                    busy[u] += d
+                    switch[u] += sw
+                    users[u] += 1
+                    mem[u] += m
+                first[i] = f
+                place(k + 1)
+                for u in range(f, f + span):
+                    busy[u] -= d
+                    switch[u] -= sw
+                    users[u] -= 1
+                    mem[u] -= m
+                limit = best[0] + 1e-12
 
     place(0)
     return (best[0], best[1]) if best[1] is not None else (math.inf, None)
