@@ -236,6 +236,7 @@ class _Search:
         self.visited = 0
         self._classes: dict = {}
         self._layouts: dict = {}
+        self._fitting: dict = {}
 
     def run(self, key: tuple, pool: list[int]) -> bool:
         """Search every leader of this training pool; False when out of time."""
@@ -288,6 +289,7 @@ class _Search:
                              if narrow else 0.0)
         self._classes = {}
         self._layouts = {}
+        self._fitting = {}
         self._cap = cap
         opts = {}
         for j in order[li:]:
@@ -409,14 +411,15 @@ class _Search:
         """Exact cost of the group: every layout of its members' training options on the pool (the
         widest as wide as the pool: narrower groups are another pool's), then the best rollout
         options and classes under the candidate rules."""
-        b, cap = self.b, ctx.cap
+        cap = ctx.cap
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
         budget = gain - ctx.fixed + self.threshold + EPS  # rollout classes must cost less for rc < threshold
         costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
-            opts = {j: [o for o in ctx.opts[j] if fits_cap(b.loop_s(j, t, o), cap)] for j, t in zip(jobs, trains)}
-            choices = tuple(tuple(map(id, opts[j])) for j in jobs)
+            fitting = [self._rollouts_fitting(ctx, j, t) for j, t in zip(jobs, trains)]
+            opts = {j: f[0] for j, f in zip(jobs, fitting)}
+            choices = tuple(f[1] for f in fitting)
             if not all(opts.values()) or choices in costed:
                 continue
             # The choices of rollouts that may do (see ``_rollout_floor``), before the pool is laid out
@@ -429,6 +432,15 @@ class _Search:
             if train_offsets is not None:
                 costed.add(choices)
                 self._leaf_rollouts(ctx, jobs, trains, train_offsets, opts, rollouts, gain, budget)
+
+    def _rollouts_fitting(self, ctx, j: int, train) -> tuple[list, tuple]:
+        """Job ``j``'s rollout options whose loop with ``train`` fits the cap, and their identities;
+        cached per leader."""
+        key = (j, id(train))
+        if key not in self._fitting:
+            ok = [o for o in ctx.opts[j] if fits_cap(self.b.loop_s(j, train, o), ctx.cap)]
+            self._fitting[key] = (ok, tuple(map(id, ok)))
+        return self._fitting[key]
 
     def _pool_layout(self, ctx, trains: tuple) -> tuple[int, ...] | None:
         """Where each member's train starts in the pool (``class_layout``), or None; cached per leader."""
