@@ -377,6 +377,14 @@ class _Search:
         wide_c = [ctx.wide[j] for j in cands]
         wide_after = ctx.wide_after
         leaf = self._leaf
+        # The least node-seconds of each member's rollout and the least node price it may pay: no
+        # choice of rollouts has a floor (``_rollout_floor``) under the sum's whole nodes at the least price.
+        node_s = {j: min(o.nodes * o.duration_s for o in ctx.opts[j]) for j in ctx.opts}
+        unit = {j: min(self.price[o.cluster] for o in ctx.opts[j]) for j in ctx.opts}
+        cap = ctx.cap
+
+        def floor(group) -> float:
+            return min(unit[j] for j in group) * math.ceil((sum(node_s[j] for j in group) - TOL) / cap - 1e-9)
 
         def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide) -> bool:
             self.visited += 1
@@ -384,7 +392,8 @@ class _Search:
                 return False
             if stop_after is not None and len(found) >= stop_after:
                 return False
-            if len(group) >= 2 and has_wide and fixed - gain + max(min_class, area_sum, big_sum) < threshold:
+            if len(group) >= 2 and has_wide and fixed - gain + max(min_class, area_sum, big_sum) < threshold \
+                    and fixed - gain + floor(group) < threshold:
                 leaf(ctx, group)
             room = k - len(group)
             if room == 0:
