@@ -63,10 +63,11 @@ Where jobs train at several GPU counts on a cluster (Hetero), column generation 
 members train at one count first (their LP settles in seconds), then every pool, members on parts
 of it included (planner/pricing.py ``mixed``): only that pricing's bound is the model's. The
 candidate rules are loose for groups of mixed counts (masters that chose them failed verification:
-$4.3k/h repaired against $3.5k planned on 100 Hetero jobs), so those whose round robin misses a cap
-are decided exactly once the LP is solved (planner/cyclic.py, least reduced cost first, for the
-DECIDE share of the time): the ones without a timetable stay in the LP (the bound needs them) but
-are closed to its dives and banned from the master (on 100 Hetero jobs s3, 264 of 1,149 in 2 s).
+$4.3k/h repaired against $3.5k planned on 100 Hetero jobs), so they are decided exactly once the LP
+is solved (planner/cyclic.py, least reduced cost first, for the DECIDE share of the time; checking
+each one's round robin as it was priced took 30 % of column generation on 300 Hetero jobs): the ones
+without a timetable, or not reached in time, stay in the LP (the bound needs them) but are closed to
+its dives and banned from the master (on 100 Hetero jobs s3, 264 of 1,149 in 2 s).
 So are the groups of one count in the LP's support without a round robin, those the integer plans
 take first (300 Hetero jobs s1: 11 of 136 had no timetable).
 
@@ -784,16 +785,15 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
     # model proves a bound of it.
     mixed = False
     covers = builder.uniform_pools()
-    # Groups of mixed counts without a round robin within their caps are in the LP (its bound is the
-    # model's) but closed to its dives and to the integer master: the candidate rules are looser for
-    # them (on 100 Hetero jobs CP-SAT proved several infeasible or could not decide them, and the
-    # master's plans failed verification).
+    # Groups of mixed counts are in the LP (its bound is the model's) but closed to its dives and to
+    # the integer master until a timetable is found: the candidate rules are looser for them (on 100
+    # Hetero jobs CP-SAT proved several infeasible or could not decide them, and the master's plans
+    # failed verification).
     unverified: list[Column] = []
 
     def added(cands: list[Candidate]) -> list[Column]:
         fresh = [c for c in (_candidate_column(cand, charge) for cand in cands) if add(c)]
-        unverified.extend(c for c in fresh if len({t.gpus for t in c.candidate.trains}) > 1
-                          and not _has_round_robin(model, c))
+        unverified.extend(c for c in fresh if len({t.gpus for t in c.candidate.trains}) > 1)
         return fresh
     # Exact pricing is pure Python: with threads to spare, worker processes share the leaders.
     pool = PricingPool(builder, threads) if price and threads > 1 and len(job_ids) >= PARALLEL_JOBS else None
@@ -875,7 +875,7 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
     lp.close(closed)
     s.banned.update(closed)
     if unverified:
-        say(f"groups without a round robin (mixed training GPU counts, or in the LP's support): "
+        say(f"groups of mixed training GPU counts, or in the LP's support without a round robin: "
             f"{len(unverified) - len(closed)} have a timetable, {len(closed)} none (or none found in time): "
             "closed to dives and master")
     state = None

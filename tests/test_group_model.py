@@ -258,6 +258,11 @@ def test_least_busy_layout_is_the_plain_enumerations():
         expected_busy, expected = plain_layout(opts, node_mem)
         assert layout == expected
         assert busy == pytest.approx(expected_busy) if layout is not None else busy == math.inf
+        # Within a ceiling: the same layout when the least is within it, else none.
+        for within in (expected_busy, expected_busy - 1.0, expected_busy + 50.0):
+            if math.isfinite(within):
+                bounded = least_busy_layout(opts, node_mem, within + 1e-9)
+                assert bounded == ((busy, layout) if busy <= within + 1e-9 else (math.inf, None))
 
 
 def test_a_pool_of_one_wide_and_two_narrow_trains_by_hand():
