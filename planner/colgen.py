@@ -146,7 +146,8 @@ class LpMaster:
             if var.lb() > 0:
                 var.SetLb(0)
 
-    def dive(self, deadline: float, per: int = 1, price=None, noise: float = 0.0, seed: int = 0) -> list[int] | None:
+    def dive(self, deadline: float, per: int = 1, price=None, noise: float = 0.0, seed: int = 0,
+             usable=None) -> list[int] | None:
         """Round the LP by diving: fix the columns at one and the largest fractional one, solve
         again (warm), until the solution is integral. Up to ``per`` fractional columns are fixed at a
         time, pairwise disjoint and within the node counts, so the fixings stay feasible. With
@@ -156,13 +157,14 @@ class LpMaster:
         it ends with a plan rather than out of time. Returns the chosen columns, or None when time ran
         out or GLOP failed; ``last_x`` then holds the last LP solution, fixings included. Leaves the
         fixings in place. With ``noise`` > 0 the fractional columns are ranked by their value times a
-        random factor in [1, 1 + noise) (seeded): another dive from the same LP."""
+        random factor in [1, 1 + noise) (seeded): another dive from the same LP. With ``usable(i)``,
+        a column is fixed (or kept at one) only when it says so; one it refuses is closed."""
         try:
-            return self._dive(deadline, per, price, random.Random(seed), noise)
+            return self._dive(deadline, per, price, random.Random(seed), noise, usable)
         except LpTrouble:
             return None
 
-    def _dive(self, deadline: float, per: int, price, rng: random.Random, noise: float) -> list[int] | None:
+    def _dive(self, deadline: float, per: int, price, rng: random.Random, noise: float, usable) -> list[int] | None:
         started, rounds = time.perf_counter(), 0
         while time.perf_counter() < deadline:
             _, pi, mu = self.solve(deadline)
@@ -176,6 +178,11 @@ class LpMaster:
                         self.add(column)
                     _, pi, mu = self.solve(deadline)
             x = self.last_x = self.values()
+            refused = [] if usable is None else \
+                [i for i, v in enumerate(x) if v >= 1 - 1e-6 and self.vars[i].lb() < 1 and not usable(i)]
+            if refused:
+                self.close(refused)
+                continue
             fractional = [i for i, v in enumerate(x) if 1e-6 < v < 1 - 1e-6]
             if not fractional:
                 return [i for i, v in enumerate(x) if v > 0.5]
@@ -196,6 +203,9 @@ class LpMaster:
             for i in sorted(fractional, key=lambda i: -rank[i]):
                 col = self.columns[i]
                 if taken.intersection(col.jobs) or any(nodes.get(c, 0) + n > self.nodes[c] for c, n in col.nodes):
+                    continue
+                if usable is not None and not usable(i):
+                    self.close([i])
                     continue
                 self.vars[i].SetLb(1)
                 taken.update(col.jobs)

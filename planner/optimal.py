@@ -150,6 +150,7 @@ class CandidateBuilder:
         self.deadline = deadline  # time.perf_counter() value
         self.reserve: dict[tuple[int, ...], list[Candidate]] = {}
         self._loops: dict[tuple, tuple] = {}
+        self.laid_out: dict = {}  # exact pricing's layouts by cap, kept across its passes (pricing.py)
         self.topo = model.topology
         self.train_opts = {j: phase_options(model, self.jobs[j], "train") for j in job_ids}
         self.rollout_opts = {j: phase_options(model, self.jobs[j], "rollout") for j in job_ids}

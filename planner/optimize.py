@@ -121,6 +121,10 @@ Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
+# Exact pricing keeps each leader's this many best groups per round (planner/pricing.py): 300 Hetero
+# jobs s1, 30 s: the general LP settled at 17 s, not 25 s (its round's 300 columns came from 35
+# leaders, not 15); at 3 it settled sooner still, but its fewer columns made the plans 2 % dearer.
+PER_LEADER = 10
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
 # Column generation stops once its bound is this close to the LP (relative): the last round of a
 # tailing-off LP gains less than this and takes seconds the integer plan needs (100 RH jobs: from
@@ -818,7 +822,7 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
             how = "greedy"
             if not fresh:  # search exactly, stopping early while columns abound
                 pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation,
-                                 pool=pool, mixed=mixed)
+                                 pool=pool, mixed=mixed, per_leader=PER_LEADER)
                 if pr.proven and covers:
                     best = max(best, value + max(k_groups * pr.rc_lower_bound, pr.rc_sum_bound or -math.inf))
                 fresh = added(pr.columns)
@@ -896,6 +900,19 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
         # WHOLE_MASTER columns) leans on these plans for all the dive's time; a larger one for a
         # third of it, as its neighbourhood search improves plans faster than more dives.
         end, per = time.perf_counter() + dive_s, max(1 + len(lp.columns) // 8000, len(job_ids) // 60)
+        # A dive fixes only groups with a timetable (the candidate rules are looser than the
+        # timetables: 300 Hetero jobs s2, five groups of one count in the dive's plan had none, and
+        # the master re-solved without them was $370/h dearer); those without are closed.
+        timetabled = {index[id(c)]: True for c in unverified} | dict.fromkeys(closed, False)
+
+        def usable(i: int) -> bool:
+            if i not in timetabled:
+                column = lp.columns[i]
+                timetabled[i] = column.candidate is None or _has_round_robin(model, column) or \
+                    _has_timetable(model, column, end)
+                if not timetabled[i]:
+                    s.banned.add(i)
+            return timetabled[i]
         best_cost, attempt = math.inf, 0
         if best == -math.inf and not dive_unproven:
             say("LP dive: skipped (the LP has not settled)")
@@ -903,7 +920,7 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
         while True:
             began = time.perf_counter()
             chosen = lp.dive(end, per=per, price=dive_price if price else None,
-                             noise=0.0 if attempt == 0 else DIVE_NOISE, seed=attempt)
+                             noise=0.0 if attempt == 0 else DIVE_NOISE, seed=attempt, usable=usable)
             if chosen is None:
                 break
             covered = {j for i in chosen for j in columns[i].jobs}

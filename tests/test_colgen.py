@@ -187,6 +187,26 @@ def test_dives_again_from_the_same_lp_with_perturbed_rankings():
     assert len(set(plans)) >= 2
 
 
+
+def test_dive_fixes_only_the_columns_it_may_use():
+    # The planner refuses groups without a timetable: a dive asks before it fixes a column (or keeps
+    # one at one), closes those refused, and ends on a plan of columns it was allowed.
+    _, lp = _lp_with_groups()
+    first = lp.dive(time.perf_counter() + 30, per=1)
+    lp.unfix()
+    refused = {i for i in first if len(lp.columns[i].jobs) > 1}
+    assert refused
+    asked = []
+
+    def usable(i):
+        asked.append(i)
+        return i not in refused
+
+    chosen = lp.dive(time.perf_counter() + 30, per=1, usable=usable)
+    assert chosen is not None and not refused & set(chosen) and set(chosen) <= set(asked)
+    assert sorted(j for i in chosen for j in lp.columns[i].jobs) == sorted(lp.job_ids)
+    assert refused & set(asked) and refused & set(asked) <= lp.closed
+
 def test_merging_dives_combines_their_groups():
     # Two dives of $22 each: {0,1} at $10 with {2,3} at $12, and {0,1} at $12 with {2,3} at $10.
     # Their merge takes the cheaper group of each pair: $20.

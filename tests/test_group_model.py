@@ -233,6 +233,36 @@ def test_pricing_finds_each_leaders_least_group_with_and_without_mixed_pools(mix
     assert min(c.cost - sum(value[j] for j in c.jobs) for c in priced.columns) == pytest.approx(min(least.values()))
 
 
+
+@pytest.mark.parametrize("per_leader", [1, 3])
+def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leader):
+    # Column generation keeps, per round, only each leader's few most negative groups (so that a
+    # round's columns come from many leaders); the bounds are the uncapped search's.
+    jobs = generate("Hetero", 8, 3)
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    builder = CandidateBuilder(model, ids, 5)
+    rng = np.random.default_rng(3)
+    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+    runs = [price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, max_columns=100_000,
+                        per_leader=cap) for cap in (None, per_leader)]
+    ranked = []
+    for priced in runs:
+        assert priced.proven
+        by_leader: dict[int, list[float]] = {}
+        for c in priced.columns:
+            if len(c.jobs) > 1:
+                leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
+                by_leader.setdefault(leader, []).append(c.cost - sum(value[j] for j in c.jobs))
+        ranked.append({m: sorted(rcs) for m, rcs in by_leader.items()})
+    full, capped = ranked
+    assert max(len(rcs) for rcs in full.values()) > per_leader  # the cap bites
+    assert capped.keys() == full.keys()
+    for m, rcs in full.items():
+        assert capped[m] == pytest.approx(rcs[:per_leader])
+    assert runs[1].rc_sum_bound == pytest.approx(runs[0].rc_sum_bound)
+    assert runs[1].rc_lower_bound == pytest.approx(runs[0].rc_lower_bound)
+
 def plain_layout(opts, node_mem_gb):
     """The least busiest-node layout by plain enumeration of every first node, in order."""
     width = max(o.nodes for o in opts)
