@@ -31,6 +31,7 @@ import functools
 import heapq
 import itertools
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -103,6 +104,11 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
         results = pool.map(args)
     else:
         results = [_price_part(builder, *args[0])]
+    return _merged(results, rotation, max_columns)
+
+
+def _merged(results: list[tuple], rotation: dict, max_columns: int) -> Pricing:
+    """One pricing from its parts' results (see ``_price_part``)."""
     found: dict[Candidate, float] = {}
     proven, visited, rc_min = True, 0, 0.0
     leaders: dict[int, float] | None = {}
@@ -122,7 +128,7 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
     rc_sum = None if leaders is None else sum(min(0.0, rc) for rc in leaders.values())
     if not proven:
         return Pricing([c for c, _ in ranked], -math.inf, False, visited, rc_sum)
-    rc_min = min([rc_min, -EPS] + [rc for _, rc in ranked])
+    rc_min = min([rc_min, -EPS] + list(found.values()))
     return Pricing([c for c, _ in ranked], rc_min, True, visited, rc_sum)
 
 
@@ -187,6 +193,11 @@ def _work(args):
     return _price_part(_SHARED["builder"], *args)
 
 
+def _work_idle(args):
+    os.nice(19)  # only on a core nothing else wants (the worker is not used again)
+    return _work(args)
+
+
 class PricingPool:
     """Worker processes (forked, so they share the builder read-only) that price in parallel; the
     pricing is pure Python, so processes, not threads, use the machine's other cores."""
@@ -200,6 +211,22 @@ class PricingPool:
 
     def map(self, args: list) -> list:
         return self._pool.map(_work, args)
+
+    def prove_later(self, pi: dict[int, float], mu: dict[str, float], extra: dict[int, float],
+                    deadline: float) -> None:
+        """Start a complete pricing at these duals in one worker, at the lowest CPU priority: the
+        steps after column generation leave a core idle (their LP dives and most timetables use
+        one), and it yields to them otherwise. Each leader's best group is all the bound needs.
+        ``proof`` collects it."""
+        self._later = self._pool.apply_async(_work_idle, ((pi, mu, extra, deadline, None, {}, 0.0, 0, 1, True, 1),))
+
+    def proof(self, until: float) -> Pricing | None:
+        """The pricing ``prove_later`` started, when it completed by ``until``."""
+        self._later.wait(max(0.0, until - time.perf_counter()))
+        if not self._later.ready():
+            return None
+        priced = _merged([self._later.get()], {}, 0)
+        return priced if priced.proven else None
 
     def close(self) -> None:
         self._pool.terminate()

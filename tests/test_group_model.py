@@ -19,7 +19,7 @@ from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, PhaseOption, _admissible
 from weave_rl.planner.rules import class_layout, group_fits, least_busy_layout
 from weave_rl.planner.optimize import plan_optimal
-from weave_rl.planner.pricing import price_exact
+from weave_rl.planner.pricing import PricingPool, price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology, node_of, topology_from_data
@@ -262,6 +262,28 @@ def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leade
         assert capped[m] == pytest.approx(rcs[:per_leader])
     assert runs[1].rc_sum_bound == pytest.approx(runs[0].rc_sum_bound)
     assert runs[1].rc_lower_bound == pytest.approx(runs[0].rc_lower_bound)
+
+
+def test_a_complete_pricing_in_the_background_proves_the_same_bounds():
+    # After column generation, a worker prices once more at the last duals while the plan is built;
+    # it keeps each leader's best group only, and its bounds are the search's own.
+    jobs = generate("Hetero", 8, 3)
+    model = PlanningModel(TESTBED, jobs)
+    _, ids = _admissible(model)
+    builder = CandidateBuilder(model, ids, 5)
+    rng = np.random.default_rng(4)
+    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+    direct = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
+    pool = PricingPool(builder, 2)
+    try:
+        pool.prove_later(value, {}, {}, time.perf_counter() + 60)
+        later = pool.proof(time.perf_counter() + 60)
+    finally:
+        pool.close()
+    assert direct.proven and direct.rc_sum_bound < 0
+    assert later is not None and later.proven and later.columns == []
+    assert later.rc_sum_bound == pytest.approx(direct.rc_sum_bound)
+    assert later.rc_lower_bound == pytest.approx(direct.rc_lower_bound)
 
 def plain_layout(opts, node_mem_gb):
     """The least busiest-node layout by plain enumeration of every first node, in order."""
