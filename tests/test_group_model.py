@@ -234,16 +234,20 @@ def test_pricing_finds_each_leaders_least_group_with_and_without_mixed_pools(mix
 
 
 
+def hetero_duals(seed: int):
+    """A builder over 8 Hetero jobs (seed 3) and random positive duals for them."""
+    model = PlanningModel(TESTBED, generate("Hetero", 8, 3))
+    _, ids = _admissible(model)
+    builder = CandidateBuilder(model, ids, 5)
+    rng = np.random.default_rng(seed)
+    return builder, {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+
+
 @pytest.mark.parametrize("per_leader", [1, 3])
 def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leader):
     # Column generation keeps, per round, only each leader's few most negative groups (so that a
     # round's columns come from many leaders); the bounds are the uncapped search's.
-    jobs = generate("Hetero", 8, 3)
-    model = PlanningModel(TESTBED, jobs)
-    _, ids = _admissible(model)
-    builder = CandidateBuilder(model, ids, 5)
-    rng = np.random.default_rng(3)
-    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+    builder, value = hetero_duals(3)
     runs = [price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, max_columns=100_000,
                         per_leader=cap) for cap in (None, per_leader)]
     ranked = []
@@ -267,12 +271,7 @@ def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leade
 def test_a_complete_pricing_in_the_background_proves_the_same_bounds():
     # After column generation, a worker prices once more at the last duals while the plan is built;
     # it keeps each leader's best group only, and its bounds are the search's own.
-    jobs = generate("Hetero", 8, 3)
-    model = PlanningModel(TESTBED, jobs)
-    _, ids = _admissible(model)
-    builder = CandidateBuilder(model, ids, 5)
-    rng = np.random.default_rng(4)
-    value = {j: float(rng.uniform(40, 250)) for j in builder.job_ids}
+    builder, value = hetero_duals(4)
     direct = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
     pool = PricingPool(builder, 2)
     try:
