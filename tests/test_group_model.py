@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 import time
 
 import numpy as np
@@ -283,6 +284,26 @@ def test_a_complete_pricing_in_the_background_proves_the_same_bounds():
     assert later is not None and later.proven and later.columns == []
     assert later.rc_sum_bound == pytest.approx(direct.rc_sum_bound)
     assert later.rc_lower_bound == pytest.approx(direct.rc_lower_bound)
+
+def test_groups_of_mixed_counts_not_decided_in_time_are_left_to_the_dives(monkeypatch):
+    # With no time to decide them after column generation, the groups whose members train at several
+    # GPU counts are decided by the dives that would fix them, not closed: the plan still has some.
+    import weave_rl.planner.optimize as optimize
+
+    monkeypatch.setattr(optimize, "DECIDE", 0.0)
+    jobs = generate("Hetero", 40, 1)
+    topo = load_topology("weave-testbed-x2")
+    said: list[str] = []
+    res = plan_optimal(PlanningModel(topo, jobs), time_limit_s=15, threads=1, enumeration_budget=0,
+                       progress=said.append)
+    assert res.mode == "colgen" and not check_plan(res.plan, topo, jobs)
+    assert any(re.search(r": 0 have a timetable, 0 none \(closed to dives and master\), [1-9]\d* not reached in time$", m)
+               for m in said)
+
+    def train_counts(group):
+        return {len(next(p for p in j.phases if p.phase == "train").gpus) for j in group.jobs}
+    assert any(len(train_counts(g)) > 1 for g in res.plan.groups)
+
 
 def plain_layout(opts, node_mem_gb):
     """The least busiest-node layout by plain enumeration of every first node, in order."""
