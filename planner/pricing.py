@@ -31,7 +31,6 @@ import functools
 import heapq
 import itertools
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -193,11 +192,6 @@ def _work(args):
     return _price_part(_SHARED["builder"], *args)
 
 
-def _work_idle(args):
-    os.nice(19)  # only on a core nothing else wants (the worker is not used again)
-    return _work(args)
-
-
 class PricingPool:
     """Worker processes (forked, so they share the builder read-only) that price in parallel; the
     pricing is pure Python, so processes, not threads, use the machine's other cores."""
@@ -214,11 +208,13 @@ class PricingPool:
 
     def prove_later(self, pi: dict[int, float], mu: dict[str, float], extra: dict[int, float],
                     deadline: float) -> None:
-        """Start a complete pricing at these duals in one worker, at the lowest CPU priority: the
-        steps after column generation leave a core idle (their LP dives and most timetables use
-        one), and it yields to them otherwise. Each leader's best group is all the bound needs.
+        """Start a complete pricing at these duals in one worker. The steps after column generation
+        leave a core idle (their LP dives and most timetables use one); the neighbourhood search,
+        which uses both, shares them with it (at the lowest CPU priority it starved there: on 300
+        Hetero jobs s3, on a slower machine, it never finished and the bound fell to the packing
+        bound's, a 13 % gap instead of 10 %). Each leader's best group is all the bound needs.
         ``proof`` collects it."""
-        self._later = self._pool.apply_async(_work_idle, ((pi, mu, extra, deadline, None, {}, 0.0, 0, 1, True, 1),))
+        self._later = self._pool.apply_async(_work, ((pi, mu, extra, deadline, None, {}, 0.0, 0, 1, True, 1),))
 
     def proof(self, until: float) -> Pricing | None:
         """The pricing ``prove_later`` started, when it completed by ``until``."""
@@ -439,8 +435,9 @@ class _Search:
                 return False
             if stop_after is not None and len(found) >= stop_after:
                 return False
-            if len(group) >= 2 and has_wide and fixed - gain + max(min_class, area_sum, big_sum) < bar[0] \
-                    and fixed - gain + floor(group) < bar[0]:
+            base = fixed - gain  # the three lower bounds compared one by one, not by a max call (hot)
+            if len(group) >= 2 and has_wide and base + min_class < bar[0] and base + area_sum < bar[0] \
+                    and base + big_sum < bar[0] and base + floor(group) < bar[0]:
                 leaf(ctx, group)
             room = k - len(group)
             if room == 0:
@@ -464,8 +461,8 @@ class _Search:
                 if fixed - g2 + least >= bar[0]:
                     # No later candidate does better when even the ``room`` best values from here
                     # cannot pay for what the group holds already: the rest of the loop is cut.
-                    if fixed - gain + max(min_class - top_v[i][room], area_sum - top_u[i][room],
-                                          big_sum - top_w[i][room]) >= bar[0]:
+                    if base + (min_class - top_v[i][room]) >= bar[0] or base + (area_sum - top_u[i][room]) >= bar[0] \
+                            or base + (big_sum - top_w[i][room]) >= bar[0]:
                         break
                     continue
                 if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2,
@@ -485,14 +482,17 @@ class _Search:
         budget = gain - ctx.fixed + self.bar[0] + EPS  # rollout classes must cost less for rc < the bar
         costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
+            if self._layouts.get(tuple(map(id, trains)), _UNSEEN) is None:
+                continue  # this layout of the pool is known not to fit (``_pool_layout``)
             fitting = [self._rollouts_fitting(ctx, j, t) for j, t in zip(jobs, trains)]
             opts = {j: f[0] for j, f in zip(jobs, fitting)}
             choices = tuple(f[1] for f in fitting)
             if not all(opts.values()) or choices in costed:
                 continue
-            # The choices of rollouts that may do (see ``_rollout_floor``), before the pool is laid out
-            rollouts = [r for r in itertools.product(*[opts[j] for j in jobs])
-                        if ctx.fixed + self._rollout_floor(r, cap) - gain < self.bar[0]]
+            # The choices of rollouts that may do (see ``_rollout_floor``), before the pool is laid
+            # out, least floor first: once a choice's floor reaches the best group found, so do the rest's.
+            floors = ((ctx.fixed + self._rollout_floor(r, cap) - gain, r) for r in itertools.product(*opts.values()))
+            rollouts = sorted((fr for fr in floors if fr[0] < self.bar[0]), key=lambda fr: fr[0])
             if not rollouts:
                 costed.add(choices)  # on any layout
                 continue
@@ -524,7 +524,7 @@ class _Search:
     def _leaf_rollouts(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict,
                        choices: list[tuple], gain: float, budget: float) -> None:
         """The best rollout classes of the group on this layout of its pool, among the ``choices`` of
-        rollout options (one per member) that passed ``_rollout_floor``."""
+        rollout options (one per member) that passed ``_rollout_floor``: (floor, options), least first."""
         key, cap, fixed = ctx.key, ctx.cap, ctx.fixed
         b = self.b
         if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs) and \
@@ -534,10 +534,9 @@ class _Search:
             return
         best = None
         n = len(jobs)
-        for rollouts in choices:
-            floor = fixed + self._rollout_floor(rollouts, cap) - gain
+        for floor, rollouts in choices:
             if best is not None and floor >= best[0]:
-                continue  # no partition of these rollouts can do better
+                break  # no partition of these rollouts, nor of the next, can do better
             # A class's cost needs only its cluster and width: a partition that cannot beat the budget
             # or the best so far is passed over before any of its classes is laid out (most are).
             dear: dict[int, float] = {}  # per class (a bit mask of members): its cost, inf on two clusters
