@@ -476,29 +476,30 @@ class _Search:
         """Exact cost of the group: every layout of its members' training options on the pool (the
         widest as wide as the pool: narrower groups are another pool's), then the best rollout
         options and classes under the candidate rules."""
-        cap = ctx.cap
+        cap, width = ctx.cap, ctx.key[2]
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
         budget = gain - ctx.fixed + self.bar[0] + EPS  # rollout classes must cost less for rc < the bar
         costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
-            if self._layouts.get(tuple(map(id, trains)), _UNSEEN) is None:
-                continue  # this layout of the pool is known not to fit (``_pool_layout``)
-            fitting = [self._rollouts_fitting(ctx, j, t) for j, t in zip(jobs, trains)]
-            opts = {j: f[0] for j, f in zip(jobs, fitting)}
-            choices = tuple(f[1] for f in fitting)
-            if not all(opts.values()) or choices in costed:
+            if max(t.nodes for t in trains) < width:
                 continue
-            # The choices of rollouts that may do (see ``_rollout_floor``), before the pool is laid
-            # out, least floor first: once a choice's floor reaches the best group found, so do the rest's.
+            fitting = [self._rollouts_fitting(ctx, j, t) for j, t in zip(jobs, trains)]
+            choices = tuple(f[1] for f in fitting)
+            if not all(choices) or choices in costed:
+                continue
+            # The pool before the rollouts: its layout is kept across passes (two in three leaves
+            # die there on 300 Hetero jobs), the rollouts' floors depend on the duals.
+            train_offsets = self._pool_layout(ctx, trains)
+            if train_offsets is None:
+                continue
+            costed.add(choices)
+            opts = {j: f[0] for j, f in zip(jobs, fitting)}
+            # The choices of rollouts that may do (see ``_rollout_floor``), least floor first: once a
+            # choice's floor reaches the best group found, so do the rest's.
             floors = ((ctx.fixed + self._rollout_floor(r, cap) - gain, r) for r in itertools.product(*opts.values()))
             rollouts = sorted((fr for fr in floors if fr[0] < self.bar[0]), key=lambda fr: fr[0])
-            if not rollouts:
-                costed.add(choices)  # on any layout
-                continue
-            train_offsets = self._pool_layout(ctx, trains)
-            if train_offsets is not None:
-                costed.add(choices)
+            if rollouts:
                 self._leaf_rollouts(ctx, jobs, trains, train_offsets, opts, rollouts, gain, budget)
 
     def _rollouts_fitting(self, ctx, j: int, train) -> tuple[list, tuple]:
@@ -515,10 +516,7 @@ class _Search:
         at = tuple(map(id, trains))  # the builder holds the options
         fit = self._layouts.get(at, _UNSEEN)
         if fit is _UNSEEN:
-            fit = None
-            if max(t.nodes for t in trains) == ctx.key[2]:
-                fit = class_layout(list(trains), ctx.cap, ctx.mem_cap)
-            self._layouts[at] = fit
+            fit = self._layouts[at] = class_layout(list(trains), ctx.cap, ctx.mem_cap)
         return fit
 
     def _leaf_rollouts(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict,
