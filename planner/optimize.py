@@ -27,7 +27,8 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   master of more than 3,000 columns is then solved by CBC like a column-generation master);
 - otherwise: column generation's Lagrangian bound at its last complete pricing (LP value plus the
   per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
-  pricing proves that no column improves; column generation stops once it is within ``CG_GAP``);
+  pricing proves that no column improves; column generation stops once it is within ``CG_GAP``, and
+  where its time ends first it goes on in a forked process while the plan is built, ``_bound_later``);
 - and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``, the packing
   bound (nodes as bins, dual feasible functions: planner/optimal.py), when column generation
   proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
@@ -91,6 +92,7 @@ plan is verified in time, or the independent checker (planner/check.py) rejects 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
@@ -181,7 +183,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
         _collect_proof(s)
     finally:
         if s.proof is not None:
-            s.proof[2].close()
+            s.proof[0].terminate()
     s.result.plan = _checked(_final_plan(s), s)
     return s.result
 
@@ -208,7 +210,7 @@ class _Solve:
     builder: CandidateBuilder | None = None
     large: bool = False  # column generation, or more columns than CP-SAT solves exactly
     lagrangian: float | None = None  # column generation's bound, when a pricing was proven
-    proof: tuple | None = None  # (LP value, most groups, PricingPool): a complete pricing still running
+    proof: tuple | None = None  # (process, pipe): column generation going on (``_bound_later``)
     lp_state: LpState | None = None
     joint: JointLP | None = None  # the LP by pairs, where it applies
     settled: bool = False  # ... and it settled
@@ -527,21 +529,63 @@ def _mend(s: _Solve, master: IntegerResult, failed: list[int]) -> None:
 
 
 def _collect_proof(s: _Solve) -> None:
-    """The Lagrangian bound of the complete pricing started after column generation
-    (``PricingPool.prove_later``), when it completed by the end of the searches."""
+    """The best Lagrangian bound column generation proved after it went on in the background
+    (``_bound_later``), by the end of the searches."""
     if s.proof is None:
         return
-    value, k_groups, pool = s.proof
-    priced = pool.proof(s.budget.deadline + 0.05)
-    pool.close()
-    s.proof = None
-    if priced is None:
-        s.say("complete pricing at the last duals: not done in time")
+    (process, reader), s.proof = s.proof, None
+    bounds = []
+    while reader.poll(max(0.0, s.budget.deadline + 0.05 - time.perf_counter())):
+        try:
+            bounds.append(reader.recv())
+        except (EOFError, OSError):  # it has ended: the LP settled, or GLOP failed
+            break
+    process.terminate()
+    process.join()
+    if not bounds:
+        s.say("column generation in the background: no complete pricing in time")
         return
-    bound = value + max(k_groups * priced.rc_lower_bound, priced.rc_sum_bound)
-    s.say(f"complete pricing at the last duals: bound ${bound:,.2f}")
-    if s.lagrangian is None or bound > s.lagrangian:
-        s.lagrangian = bound
+    s.say(f"column generation in the background: {len(bounds)} complete pricing(s), bound ${max(bounds):,.2f}")
+    if s.lagrangian is None or max(bounds) > s.lagrangian:
+        s.lagrangian = max(bounds)
+
+
+def _bound_later(lp: LpMaster, builder: CandidateBuilder, charge: Mapping[int, float], k_groups: int,
+                 deadline: float) -> tuple | None:
+    """Column generation goes on in a forked process once the solve moves on unsettled (its steps
+    leave a core idle but for the neighbourhood search's): complete pricings at the LP's duals, each
+    proven round's Lagrangian bound sent back, until the LP settles or ``deadline``. On 300 Hetero
+    jobs the LP is often a round or two from settling when column generation ends, and the bound at
+    one round's duals is far from the next one's (s3: $8,093 at round 40, $8,536 at round 42).
+    Returns (process, pipe), or None without fork."""
+    try:
+        context = multiprocessing.get_context("fork")
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(target=_go_on, args=(lp, builder, charge, k_groups, deadline, writer), daemon=True)
+        process.start()
+    except (ValueError, OSError):
+        return None
+    writer.close()
+    return process, reader
+
+
+def _go_on(lp: LpMaster, builder: CandidateBuilder, charge: Mapping[int, float], k_groups: int, deadline: float,
+           writer) -> None:
+    """``_bound_later``'s process. Each leader's best group is all the bound needs, and columns enough."""
+    while True:
+        try:
+            value, pi, mu = lp.solve(deadline)
+        except LpTrouble:
+            return
+        priced = price_exact(builder, pi, mu, extra=charge, deadline=deadline, max_columns=len(pi) + 1, per_leader=1)
+        if not priced.proven:
+            return
+        bound = value + max(k_groups * priced.rc_lower_bound, priced.rc_sum_bound)
+        writer.send(bound)
+        if not priced.columns or value - bound <= CG_GAP * max(1.0, abs(value)):
+            return
+        for cand in priced.columns:
+            lp.add(_candidate_column(cand, charge))
 
 
 def _placed_groups(s: _Solve) -> tuple[list[GroupPlan], list[int], Plan | None, str]:
@@ -879,20 +923,11 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
             for column in near_columns:
                 lp.add(column)
             say(f"columns near the LP optimum: +{len(near_columns)}")
-        if pool is not None and near_duals is None and value is not None:
-            # Not settled: a complete pricing at the last duals, on the core the next steps leave
-            # idle, may still prove a bound by the end (300 Hetero jobs s2: $9,367 where the last
-            # proven round's was $9,277). The pool closes once it is collected (``_collect_proof``).
-            try:
-                last, pi_last, mu_last = lp.solve()
-            except LpTrouble:
-                last = None
-            if last is not None:
-                pool.prove_later(pi_last, mu_last, charge, s.budget.deadline)
-                s.proof, pool = (last, k_groups, pool), None
     finally:
         if pool is not None:
             pool.close()
+    if pool is not None and near_duals is None and value is not None:  # not settled: it goes on meanwhile
+        s.proof = _bound_later(lp, builder, charge, k_groups, s.budget.deadline)
     result.stats["lp_value"] = value
     index = {id(column): i for i, column in enumerate(lp.columns)}
     if value is not None:

@@ -206,24 +206,6 @@ class PricingPool:
     def map(self, args: list) -> list:
         return self._pool.map(_work, args)
 
-    def prove_later(self, pi: dict[int, float], mu: dict[str, float], extra: dict[int, float],
-                    deadline: float) -> None:
-        """Start a complete pricing at these duals in one worker. The steps after column generation
-        leave a core idle (their LP dives and most timetables use one); the neighbourhood search,
-        which uses both, shares them with it (at the lowest CPU priority it starved there: on 300
-        Hetero jobs s3, on a slower machine, it never finished and the bound fell to the packing
-        bound's, a 13 % gap instead of 10 %). Each leader's best group is all the bound needs.
-        ``proof`` collects it."""
-        self._later = self._pool.apply_async(_work, ((pi, mu, extra, deadline, None, {}, 0.0, 0, 1, True, 1),))
-
-    def proof(self, until: float) -> Pricing | None:
-        """The pricing ``prove_later`` started, when it completed by ``until``."""
-        self._later.wait(max(0.0, until - time.perf_counter()))
-        if not self._later.ready():
-            return None
-        priced = _merged([self._later.get()], {}, 0)
-        return priced if priced.proven else None
-
     def close(self) -> None:
         self._pool.terminate()
         _SHARED.clear()

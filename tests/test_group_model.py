@@ -20,7 +20,7 @@ from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, PhaseOption, _admissible
 from weave_rl.planner.rules import class_layout, group_fits, least_busy_layout
 from weave_rl.planner.optimize import plan_optimal
-from weave_rl.planner.pricing import PricingPool, price_exact
+from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology, node_of, topology_from_data
@@ -269,21 +269,37 @@ def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leade
     assert runs[1].rc_lower_bound == pytest.approx(runs[0].rc_lower_bound)
 
 
-def test_a_complete_pricing_in_the_background_proves_the_same_bounds():
-    # After column generation, a worker prices once more at the last duals while the plan is built;
-    # it keeps each leader's best group only, and its bounds are the search's own.
-    builder, value = hetero_duals(4)
-    direct = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
-    pool = PricingPool(builder, 2)
-    try:
-        pool.prove_later(value, {}, {}, time.perf_counter() + 60)
-        later = pool.proof(time.perf_counter() + 60)
-    finally:
-        pool.close()
-    assert direct.proven and direct.rc_sum_bound < 0
-    assert later is not None and later.proven and later.columns == []
-    assert later.rc_sum_bound == pytest.approx(direct.rc_sum_bound)
-    assert later.rc_lower_bound == pytest.approx(direct.rc_lower_bound)
+def test_column_generation_left_unsettled_goes_on_in_the_background_to_the_lp_optimum():
+    # Column generation that ends unsettled goes on in a forked process while the plan is built:
+    # each complete pricing's Lagrangian bound is a bound of the LP, and given the time the last one
+    # is its optimum, the LP over every candidate group (enumerated whole on 8 Hetero jobs).
+    from weave_rl.planner.colgen import LpMaster, max_groups, reject_penalty
+    from weave_rl.planner.optimize import _bound_later, _candidate_column, _singletons
+
+    builder, _ = hetero_duals(0)
+    topo, ids = builder.topo, builder.job_ids
+
+    def lp_of(candidates):
+        lp = LpMaster(ids, topo, reject_penalty(topo))
+        for cand in candidates:
+            lp.add(_candidate_column(cand, {}))
+        return lp
+
+    optimum, _, _ = lp_of(list(builder.build()) + _singletons(builder)).solve()
+    assert builder.complete
+    process, pipe = _bound_later(lp_of(_singletons(builder)), builder, {}, max_groups(topo, len(ids)),
+                                 time.perf_counter() + 120)
+    bounds = []
+    while pipe.poll(120):
+        try:
+            bounds.append(pipe.recv())
+        except EOFError:  # it ends once the LP settles
+            break
+    process.join()
+    assert len(bounds) >= 2 and bounds[0] < optimum - 1.0  # from the singletons' duals, a weak bound first
+    assert all(b <= optimum + 1e-6 for b in bounds)
+    assert bounds[-1] == pytest.approx(optimum, rel=1e-3)
+
 
 def test_groups_of_mixed_counts_not_decided_in_time_are_left_to_the_dives(monkeypatch):
     # With no time to decide them after column generation, the groups whose members train at several
