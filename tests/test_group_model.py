@@ -351,6 +351,8 @@ def test_least_busy_layout_is_the_plain_enumerations():
             if math.isfinite(within):
                 bounded = least_busy_layout(opts, node_mem, within + 1e-9)
                 assert bounded == ((busy, layout) if busy <= within + 1e-9 else (math.inf, None))
+                # and class_layout, with its quick tests first, at that cap
+                assert class_layout(list(opts), within, node_mem) == (layout if busy <= within + 1e-9 else None)
 
 
 def test_a_pool_of_one_wide_and_two_narrow_trains_by_hand():
