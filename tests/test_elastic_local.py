@@ -216,33 +216,55 @@ def test_the_same_elastic_plan_on_ray_actors(tmp_path):
 
 
 def test_a_worker_killed_computing_a_migrated_tail_loses_no_response(tmp_path):
-    """Right after long-tail migration, the worker that kept the tail (computing its last prompt
-    group) is killed: it restarts, warms again and regenerates the group; nothing lost or doubled."""
+    """Right after long-tail migration, the worker that kept the tail (holding its last prompt group)
+    is killed: it restarts, warms again and regenerates the group; nothing lost or doubled.
+
+    The worker is stopped (SIGSTOP) the moment it is given the rollout's last group, so the kill
+    cannot race the group's own report (on a loaded machine the tail's report was often already on
+    its way when the controller handled the migration)."""
     from weave_rl.executor.inputs import load_run_inputs
     from weave_rl.executor.local.run import run_plan_local
 
     folder = tmp_path / "in"
-    # Prompt groups of ~0.2-0.6 s: the kill lands right after the migration decision, and a group
-    # that finishes within that instant is reported done, not regenerated (seen once with ~0.1-0.3 s).
     topo_file, jobs_file, plan_file = write_inputs(folder, steps=6000, hidden=128)
     plan, topo, jobs = load_run_inputs(plan_file, jobs_file, str(topo_file))
+    stopped: dict = {}  # the rollout's last group: run, GPU, task, share, worker pid
     killed: list[str] = []
+    given_back: list[tuple] = []  # (run, share) of every prompt group that went back to the queue
 
     def setup(controller, backend):
-        migrate = controller.threshold_reached
+        migrate, pull, give_back = controller.threshold_reached, backend._pull, backend._give_back
+
+        def pull_and_stop_the_last(ex, g):
+            had = ex.tasks.get(g)
+            pull(ex, g)
+            if not killed and not stopped and not ex.todo and ex.tasks.get(g, had) != had:
+                share, task = ex.tasks[g]
+                pid = backend.workers[backend.wid_of[g]].pid
+                stopped.update(run=ex.run, gpu=g, task=task, share=share, pid=pid)
+                os.kill(pid, signal.SIGSTOP)
 
         def threshold_reached(run):
             before = controller.elastic_counts["migrations"]
             migrate(run)
-            if not killed and controller.elastic_counts["migrations"] > before and run.computing:
-                # The GPU whose group started last: the kill lands well inside its group (the first
-                # by name was sometimes about to report, and its group was then kept, not regenerated).
-                ex = next(ex for ex in backend.execs.values() if ex.run is run)
-                gpu = max(run.computing, key=lambda g: ex.tasks.get(g, (0, -1))[1])
-                os.kill(backend.workers[backend.wid_of[gpu]].pid, signal.SIGKILL)
-                killed.append(gpu)
+            if not stopped or stopped["run"] is not run:
+                return
+            ex = next(ex for ex in backend.execs.values() if ex.run is run)
+            still_held = ex.tasks.get(stopped["gpu"], (None, None))[1] == stopped["task"]
+            if controller.elastic_counts["migrations"] > before and still_held:
+                os.kill(stopped["pid"], signal.SIGKILL)
+                killed.append(stopped["gpu"])
+            else:  # no migration in this rollout: let the worker go on, try the next one
+                os.kill(stopped["pid"], signal.SIGCONT)
+                stopped.clear()
+
+        def give_back_recorded(ex, share, wasted_s):
+            given_back.append((ex.run, share))
+            give_back(ex, share, wasted_s)
 
         controller.threshold_reached = threshold_reached
+        backend._pull = pull_and_stop_the_last
+        backend._give_back = give_back_recorded
 
     n = 4
     devices = dict(part.split("=") for part in MAP.split(","))
@@ -250,10 +272,10 @@ def test_a_worker_killed_computing_a_migrated_tail_loses_no_response(tmp_path):
     assert killed, "no tail was migrated"
     died = [e for e in res.events if e["event"] == "worker_died"]
     assert [e["gpu"] for e in died] == killed and died[0]["rerun"]
+    assert (stopped["run"], stopped["share"]) in given_back  # the killed worker's group was regenerated
     rows = sorted(res.job_rows, key=lambda r: (r["job"], r["iteration"]))
     assert [(r["job"], r["ledger"], r["ledger_unique"]) for r in rows] == [
         (j, BATCH * (k + 1), BATCH * (k + 1)) for j in "AB" for k in range(n)]
     for job in "AB":
         ck = torch.load(tmp_path / "run" / "checkpoints" / job / f"train-{n - 1}.pt", weights_only=False)
         assert sorted(ck["ledger"]) == expected_ids(job, n)
-    assert sum(int(r.get("shares_taken_back", 0)) for r in res.records if r["phase"] == "rollout") >= 1
