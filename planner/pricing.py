@@ -14,7 +14,11 @@ node on average and every member's own loop within ``C``. A branch is cut when n
 can have a negative reduced cost; the bound uses two facts: each member needs a rollout class at
 least as dear as its cheapest one, and a class of cap ``C`` runs at most ``C`` seconds of rollout per
 cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``; and a class holds at
-most one rollout longer than ``C / 2``, so each such member pays at least its own class. Leaves that pass the
+most one rollout longer than ``C / 2``, so each such member pays at least its own class; and a group's
+reduced cost is its pool's cost less what each member's rollout class yields per member, at most
+the best such yield of any class that may hold it (``_Search._shares``: alone, or beside one
+partner whose rollout fits with its own; on 300 RH jobs, where classes hold one or two jobs,
+this cut makes the complete pricing settle the LP within the time). Leaves that pass the
 bound are costed exactly: every layout of their trains on the pool, every choice of rollout options
 and partition into classes, laid out by ``class_layout`` (planner/rules.py), the candidate rules.
 Whole nodes cut most of that work (300 Hetero jobs: 98 % of the leaves yield no column): a choice of
@@ -27,6 +31,7 @@ nothing.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import itertools
@@ -233,6 +238,8 @@ class _Leader(NamedTuple):
     top_w: list
     wide: dict  # job -> whether it has a training option as wide as the pool
     wide_after: list  # per position in cands: whether a wide job comes at or after it
+    share: dict  # job -> the most a rollout class holding it yields per member (``_Search._shares``)
+    top_s: list
 
 
 class _Search:
@@ -279,7 +286,7 @@ class _Search:
             self.bar[0] = self.threshold if len(kept) < (self.per_leader or math.inf) else \
                 min(self.threshold, -kept[0][0])
             if not self._dfs(ctx, [m], 0, ctx.tau[m], ctx.mem[m], self.value[m], ctx.area[m],
-                             ctx.cheapest[m], ctx.big[m], ctx.wide[m]):
+                             ctx.cheapest[m], ctx.big[m], ctx.wide[m], ctx.share[m]):
                 self.rotation[key] = li + 1  # the next call starts after this leader
                 return False
         return True
@@ -351,9 +358,70 @@ class _Search:
         top_w = _suffix_top([max(0.0, self.value[j] - big[j]) for j in cands], b.k - 1)
         top_v = _suffix_top(v, b.k - 1)
         top_u = _suffix_top(u, b.k - 1)
+        share = self._shares(opts, area, cap)
+        top_s = _suffix_top([share[j] for j in cands], b.k - 1)
         fixed = self.price[key[1]] * width
         return _Leader(m, key, trains, tau, mem, train_mem_cap, cap, limit, opts, cands, cheapest, area, top_v, top_u,
-                       fixed, big, top_w, wide, wide_after)
+                       fixed, big, top_w, wide, wide_after, share, top_s)
+
+    def _shares(self, opts: dict, area: dict, cap: float) -> dict:
+        """Per member j, at least ``(sum of its class's values - the class's cost) / class size`` for every
+        rollout class that may hold it at this cap: a group's reduced cost is its pool's cost less its
+        members' yields, so it is at least ``fixed - sum_j share_j`` (the bound of the LP by pairs,
+        made general). A class of one yields ``value - its nodes``; a class of two one-node rollouts
+        needs their loads with warm switches within the cap (the partner of best value that fits,
+        by a prefix maximum over loads); a wider class of two costs two nodes at least; a class of
+        three or more needs, on its cluster, three members' node-time within its widest option's
+        node-time, and costs at least its members' areas (so yields at most their mean ``u``)."""
+        value, price, k = self.value, self.price, self.b.k
+        ones: dict[str, list] = {}  # cluster -> (load, value, job) of one-node options
+        wider: dict[str, dict] = {}  # cluster -> job -> its value, for members with a wider option there
+        least_nt: dict[str, dict] = {}  # cluster -> job -> its least node-time there
+        widest: dict[str, int] = {}
+        for j, options in opts.items():
+            for o in options:
+                c = o.cluster
+                widest[c] = max(widest.get(c, 0), o.nodes)
+                nt = least_nt.setdefault(c, {})
+                nt[j] = min(nt.get(j, math.inf), o.nodes * o.duration_s)
+                if o.nodes == 1:
+                    ones.setdefault(c, []).append((load_s(o, True), value[j], j))
+                else:
+                    wider.setdefault(c, {})[j] = value[j]
+        prefix = {c: _prefix_best(sorted(entries)) for c, entries in ones.items()}
+        best_wider = {c: heapq.nlargest(2, ((v, j) for j, v in values.items())) for c, values in wider.items()}
+        small_nt = {c: heapq.nsmallest(3, ((t, j) for j, t in nt.items())) for c, nt in least_nt.items()}
+        top_u = heapq.nlargest(k, ((value[j] - area[j], j) for j in opts))
+        share = {}
+        for j, options in opts.items():
+            best = -math.inf
+            u_j = value[j] - area[j]
+            for o in options:
+                c, p = o.cluster, price[o.cluster]
+                best = max(best, value[j] - p * o.nodes)
+                if o.nodes == 1 and c in prefix:  # a one-node partner whose load fits beside it
+                    loads, tops = prefix[c]
+                    at = bisect.bisect_right(loads, cap + TOL - load_s(o, True))
+                    partner = _other(tops[at - 1], j) if at else None
+                    if partner is not None:
+                        best = max(best, (value[j] + partner - p) / 2)
+                # a wider partner (two nodes at least), or any partner of a wider option
+                partners = [_other(best_wider.get(c, []), j)]
+                if o.nodes > 1 and c in prefix:
+                    partners.append(_other(prefix[c][1][-1], j))
+                partners = [v for v in partners if v is not None]
+                if partners:
+                    best = max(best, (value[j] + max(partners) - p * max(2, o.nodes)) / 2)
+                others_nt = [t for t, i in small_nt[c] if i != j][:2]
+                if len(others_nt) == 2 and o.nodes * o.duration_s + sum(others_nt) <= widest[c] * cap + TOL:
+                    rest = [u for u, i in top_u if i != j]
+                    total = u_j
+                    for size, u in enumerate(rest[:k - 1], start=2):
+                        total += u
+                        if size >= 3:
+                            best = max(best, total / size)
+            share[j] = best
+        return share
 
     def _dominance(self, order: list[int], trains, width: int) -> np.ndarray:
         """``D[a, b]``: job ``order[a]`` is at least as good as ``order[b]`` as a member of any group
@@ -383,12 +451,12 @@ class _Search:
         np.fill_diagonal(better, False)
         return better
 
-    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide) -> bool:
+    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum) -> bool:
         """Depth-first over the leader's candidates in order; False when time or the column quota
         ran out. The hot loop of column generation: everything it reads is bound to locals once per
         leader (a closure), which halves its time against attribute and tuple lookups per node."""
-        tau, mem_cap, cands, top_v, top_u, fixed, top_w = (
-            ctx.tau, ctx.mem_cap + TOL, ctx.cands, ctx.top_v, ctx.top_u, ctx.fixed, ctx.top_w)
+        tau, mem_cap, cands, top_v, top_u, fixed, top_w, top_s = (
+            ctx.tau, ctx.mem_cap + TOL, ctx.cands, ctx.top_v, ctx.top_u, ctx.fixed, ctx.top_w, ctx.top_s)
         area, cheapest, big, value = ctx.area, ctx.cheapest, ctx.big, self.value
         bar, stop_after, found, deadline, k = self.bar, self.stop_after, self.found, self.deadline, self.b.k
         n = len(cands)
@@ -400,6 +468,7 @@ class _Search:
         cheap_c = [cheapest[j] for j in cands]
         big_c = [big[j] for j in cands]
         wide_c = [ctx.wide[j] for j in cands]
+        share_c = [ctx.share[j] for j in cands]
         wide_after = ctx.wide_after
         leaf = self._leaf
         # The least node-seconds of each member's rollout and the least node price it may pay: no
@@ -411,7 +480,7 @@ class _Search:
         def floor(group) -> float:
             return min(unit[j] for j in group) * math.ceil((sum(node_s[j] for j in group) - TOL) / cap - 1e-9)
 
-        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide) -> bool:
+        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum) -> bool:
             self.visited += 1
             if self.visited % 2000 == 0 and time.perf_counter() > deadline:
                 return False
@@ -419,7 +488,7 @@ class _Search:
                 return False
             base = fixed - gain  # the three lower bounds compared one by one, not by a max call (hot)
             if len(group) >= 2 and has_wide and base + min_class < bar[0] and base + area_sum < bar[0] \
-                    and base + big_sum < bar[0] and base + floor(group) < bar[0]:
+                    and base + big_sum < bar[0] and fixed - share_sum < bar[0] and base + floor(group) < bar[0]:
                 leaf(ctx, group)
             room = k - len(group)
             if room == 0:
@@ -440,19 +509,20 @@ class _Search:
                 other = w2 - top_w[i + 1][left]
                 if other > least:
                     least = other
-                if fixed - g2 + least >= bar[0]:
+                s2 = share_sum + share_c[i]
+                if fixed - g2 + least >= bar[0] or fixed - s2 - top_s[i + 1][left] >= bar[0]:
                     # No later candidate does better when even the ``room`` best values from here
                     # cannot pay for what the group holds already: the rest of the loop is cut.
                     if base + (min_class - top_v[i][room]) >= bar[0] or base + (area_sum - top_u[i][room]) >= bar[0] \
-                            or base + (big_sum - top_w[i][room]) >= bar[0]:
+                            or base + (big_sum - top_w[i][room]) >= bar[0] or fixed - share_sum - top_s[i][room] >= bar[0]:
                         break
                     continue
                 if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2,
-                             has_wide or wide_c[i]):
+                             has_wide or wide_c[i], s2):
                     return False
             return True
 
-        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide)
+        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum)
 
     def _leaf(self, ctx, group: list[int]) -> None:
         """Exact cost of the group: every layout of its members' training options on the pool (the
@@ -666,6 +736,28 @@ def _fewest_bins(busy: list[float], mem: list[float], cap: float, node_mem: floa
         classes.append([i for i in range(n) if pick[mask] >> i & 1])
         mask ^= pick[mask]
     return best[full], classes
+
+
+def _prefix_best(entries: list[tuple]) -> tuple[list[float], list[list[tuple]]]:
+    """For (load, value, job) entries sorted by load: the loads, and per prefix its two best
+    (value, job) of distinct jobs."""
+    loads, tops, best = [], [], {}
+    top: list[tuple] = []
+    for load, v, j in entries:
+        if v > best.get(j, -math.inf):
+            best[j] = v
+            top = sorted([t for t in top if t[1] != j] + [(v, j)], reverse=True)[:2]
+        loads.append(load)
+        tops.append(top)
+    return loads, tops
+
+
+def _other(top: list[tuple], j: int) -> float | None:
+    """The best value among ``top``'s (value, job) whose job is not ``j``."""
+    for v, i in top:
+        if i != j:
+            return v
+    return None
 
 
 def _suffix_top(values: list[float], k: int) -> list[list[float]]:

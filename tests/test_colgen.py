@@ -539,3 +539,24 @@ def test_packing_bound_never_exceeds_the_optimum(family, seed):
     exact = plan_optimal(model, time_limit_s=60).plan
     assert exact.solver.status == "OPTIMAL" and not exact.rejected
     assert packing_lower_bound(model, ids, 5) <= exact.cost_usd_per_hour + 1e-6
+
+
+@pytest.mark.parametrize("family,seed,low,high", [("RH", 1, 10, 25), ("RH", 7, 5, 30), ("micro", 6, 12, 20)])
+def test_member_shares_cut_the_search_and_keep_each_leaders_least_group(family, seed, low, high, monkeypatch):
+    # Duals near break-even, where a group's rollout classes decide its sign: each member yields at
+    # most its best class's value less cost per member (alone, or with a partner whose rollout fits
+    # beside its own), so some branches are cut, and each leader's least group is still found.
+    import weave_rl.planner.pricing as pricing
+
+    jobs = generate(family, 11, seed)
+    model, builder = builder_for(jobs)
+    rng = np.random.default_rng(seed)
+    value = {j: float(rng.uniform(low, high)) for j in builder.job_ids}
+    least = least_per_leader(builder, builder.build() + [c for spare in builder.reserve.values() for c in spare], value)
+    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
+    assert priced.proven
+    assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
+    monkeypatch.setattr(pricing._Search, "_shares", lambda self, opts, area, cap: {j: float("inf") for j in opts})
+    unshared = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
+    assert unshared.rc_sum_bound == pytest.approx(priced.rc_sum_bound, abs=1e-5)
+    assert priced.nodes < unshared.nodes
