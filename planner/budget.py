@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 # Ends by this share of the limit.
 TEMPLATES_END = 0.05  # re-timetabling a previous plan's or pinned group whose own timetable no longer holds
 ENUMERATION_END = 0.10  # candidate enumeration: beyond it column generation prices instead
-PAIR_TRIAL_END = 0.15  # the LP by pairs not settled by then: column generation would not settle either
-PAIR_END = 0.30  # the LP by pairs, in one process (with threads to spare it goes on until REGROUP_END)
 COLGEN_END = 0.60  # column generation (the dives and the columns near the LP optimum are after it)
 REGROUP_END = 0.84  # the regrouping of the plan by halves (planner/regroup.py)
 MASTER_END = 0.88  # the integer master (CBC may overrun by a second); the timetables take the rest
@@ -25,7 +23,6 @@ DIVE = 0.15  # diving on the LP for integer plans
 NEAR = 0.10  # collecting columns of small reduced cost once the LP is optimal
 DECIDE = 0.08  # deciding exactly the LP's groups of mixed training GPU counts without a round robin
 HALVES = 0.12  # the plan by halves (planner/halves.py)
-TRAIN_HALF = 0.10  # the training half's LP
 LNS = 0.75  # of a large master's time until MASTER_END, the neighbourhood search's (planner/lns.py; it goes on
            # until SEARCH_END, timetabling as it goes); CBC has the rest
 

@@ -1,5 +1,4 @@
-"""A plan's two halves packed apart, training pools and rollout classes: a lower bound, and a plan
-built half by half.
+"""A plan built half by half: rollout classes first, then those classes packed into training pools.
 
 A group's cost is its training pool's nodes plus its rollout classes' nodes. Dropping the coupling
 between the two leaves two bin-packing problems over the jobs:
@@ -11,27 +10,15 @@ between the two leaves two bin-packing problems over the jobs:
   host memory within the nodes'; a class of one always fits;
 - in either, each member's own loop (at best, over its other phase's options) within the bin's
   smallest cap: a group's cap is at most the bin's.
-Every group's pool and classes are such bins (the group's cap is at most any member's, and these
-are necessary conditions of the candidate rules, planner/optimal.py), so a plan placing every job
-costs at least the least cost of the two partitions. Each is bounded by its LP relaxation, solved
-by column generation whose exact pricing is a depth-first knapsack per *leader* (the bin's member
-of smallest cap, ties by index); before the LP is proved optimal, the Lagrangian bound (LP value
-plus each leader's least reduced cost, as in planner/pricing.py) holds. When every bin of a half
-costs a multiple of one price, its bound rounds up to the next multiple.
+Each half is a set-partitioning LP over bins, solved by column generation whose exact pricing is a
+depth-first knapsack per *leader* (the bin's member of smallest cap, ties by index); CP-SAT then
+picks bins over the generated ones, the LP's bound its target. ``decomposed_plan`` packs the
+rollout half's chosen classes (as items whose pieces bring their rollout nodes along) into training
+pools the same way.
 
-Valid for plans whose nodes each host one kind of phase: rollout and training options on disjoint
-clusters (``phases_apart``), as for the packing bound (planner/optimal.py).
-
-On 300 rollout-heavy jobs (one node per phase) the rollout half is nearly a matching: no bin holds
-three rollouts. Where column generation over whole groups cannot finish its pricing in the time,
-this bound is far tighter than the packing bound, which charges each job by its own cap: $5,480
-against $5,084 on RH-300 s1 (rollout half $2,945.20: 199 nodes, in 0.4 s; the training half's LP
-60 nodes, in 1-2 s, as the packing bound; on s2 61 nodes, one more than the packing bound). The
-loops make the training half quick: without them its LP took 5-8 s there.
-
-The same machinery packs any *items* whose pieces (alternative options, or a class of jobs with the
-rollout nodes it brings along) cover jobs: ``decomposed_plan`` packs the rollout half's classes into
-training pools.
+For plans whose nodes each host one kind of phase (``phases_apart``). Where column generation over
+whole groups has not settled in the time (300 RH jobs in 30 s), this plan is 1-3 % cheaper than
+the dives' (planner/optimize.py ``_plan_by_halves``).
 """
 
 from __future__ import annotations
@@ -74,22 +61,12 @@ class Piece:
 
 @dataclass
 class HalfBound:
-    kind: str  # "train" | "rollout" (| "pools": the plan by halves' second step)
-    bound: float  # no partition of the jobs into this half's bins costs less
+    kind: str  # "train" | "rollout" | "pools" (the second step)
+    bound: float  # no partition of the items into these bins costs less
     lp_value: float
     proven: bool  # the LP was solved to optimality (else the bound is the Lagrangian one, or 0)
     columns: int
     rounds: int
-
-
-def halves_lower_bound(builder: CandidateBuilder, deadline: float) -> tuple[float, list[HalfBound]]:
-    """The sum of both halves' bounds (0 for a half that proved nothing in time) and each half's."""
-    halves = []
-    for kind in ("rollout", "train"):
-        if time.perf_counter() >= deadline:
-            break
-        halves.append(half(builder, kind).solve(deadline))
-    return sum(h.bound for h in halves), halves
 
 
 def half(builder: CandidateBuilder, kind: str) -> "Packing":
@@ -126,29 +103,25 @@ def phases_apart(builder: CandidateBuilder) -> bool:
     return not rollout & train
 
 
-def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1,
-                    solved: "tuple[Packing, HalfBound] | None" = None) -> tuple[list[Candidate], float]:
+def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1) -> list[Candidate]:
     """A plan built half by half. First the rollout classes of least cost (the rollout half's LP,
     then CP-SAT over its bins). Then those classes packed into training pools of least cost the
     same way: a class fits a pool whose cap holds its rollouts and every member's loop, and a pool
     costs its training nodes plus its classes' rollout nodes. Returns the groups (empty when out of
-    time) and the rollout half's bound (0 when none); ``solved``: the rollout half and its bound,
-    when its LP was solved before.
+    time or when no plan comes from there).
 
     Measured on 300 RH jobs (3.6 s): $5,733 / $5,820 / $5,686 against $5,896 / $5,727 / $5,708 for
     the first dive of column generation at 20 s. Letting a pool break a class up (each member
     alone as another unit) gave a pool LP 2-3 % lower, but took 10 s, and CP-SAT's plans over its
     bins were no better in 15 s more."""
-    # The rollout half's LP first (its bound is kept), up to 45 % of the time; each CP-SAT gets a sixth.
+    # The rollout half's LP first (its bound is CP-SAT's target), up to 45 % of the time; each
+    # CP-SAT gets a sixth.
     budget = deadline - time.perf_counter()
-    if solved is None:
-        rollout = half(builder, "rollout")
-        bound = rollout.solve(time.perf_counter() + 0.45 * budget).bound
-    else:  # the rollout half's LP, already solved
-        rollout, bound = solved[0], solved[1].bound
+    rollout = half(builder, "rollout")
+    bound = rollout.solve(time.perf_counter() + 0.45 * budget).bound
     classes = rollout.integer(min(1.0, budget / 6), threads, target=bound or None)
     if classes is None:
-        return [], bound
+        return []
     # Classes become items (units); each has a piece per training option all its members share.
     # A class that fits no pool alone (no layout, or a member's loop beyond the class's cap on
     # every shared option: the half is a relaxation) is split into its members.
@@ -165,7 +138,7 @@ def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1
             waiting += [[m] for m in unit]
             continue
         if not found:
-            return [], bound  # no training option fits this job alone: no plan from here
+            return []  # no training option fits this job alone: no plan from here
         units.append(unit)
         pieces[u] = found
         cap[u] = min(builder.cap[j] for j, _ in unit)
@@ -173,7 +146,7 @@ def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1
     pool_bound = pools.solve(deadline - min(1.0, budget / 6)).bound
     chosen = pools.integer(max(0.05, deadline - time.perf_counter()), threads, target=pool_bound or None)
     if chosen is None:
-        return [], bound
+        return []
     groups = []
     for members, _ in chosen:
         jobs, train, rollouts, parts = [], {}, {}, []
@@ -191,12 +164,12 @@ def decomposed_plan(builder: CandidateBuilder, deadline: float, threads: int = 1
             opts = [rollouts[j] for j in part]
             first = class_layout(opts, least_cap, builder.topo.clusters[opts[0].cluster].host_mem_gb)
             if first is None:
-                return [], bound  # a class that does not fit its pool's cap: no plan from here
+                return []  # a class that does not fit its pool's cap: no plan from here
             for i, f in zip(positions, first):
                 offsets[i] = f
         groups.append(make_candidate(builder, jobs, [train[j] for j in jobs], [rollouts[j] for j in jobs], classes_at,
                                      offsets))
-    return groups, bound
+    return groups
 
 
 def _unit_pieces(builder: CandidateBuilder, u: int, unit: list[tuple[int, PhaseOption]],

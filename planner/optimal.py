@@ -226,7 +226,7 @@ class CandidateBuilder:
 
     def uniform_pools(self) -> bool:
         """Every training option of a cluster has one GPU count, so no pool mixes members' widths
-        (the halves' and the pairs' bounds know only such pools: planner/optimize.py)."""
+        (column generation then needs no pricing of mixed pools: planner/optimize.py)."""
         counts: dict[str, set[int]] = {}
         for t in (t for j in self.job_ids for t in self.train_opts[j]):
             counts.setdefault(t.cluster, set()).add(t.gpus)
@@ -382,14 +382,6 @@ def packing_lower_bound(model: PlanningModel, job_ids: list[int], max_group_size
     colocated = colocated_costs(model, job_ids, max_group_size)
     return sum(min(charges["rollout"].get(j, 0.0) + charges["train"].get(j, 0.0), colocated.get(j, math.inf))
                for j in job_ids)
-
-
-def packing_half_bounds(model: PlanningModel, job_ids: list[int], max_group_size: int) -> dict[str, float]:
-    """Each half's packing bound for plans without colocated jobs (see ``_packing_charges``)."""
-    charges = _packing_charges(model, job_ids, max_group_size)
-    if charges is None:
-        return {"rollout": 0.0, "train": 0.0}
-    return {kind: sum(by_job.values()) for kind, by_job in charges.items()}
 
 
 def _packing_charges(model: PlanningModel, job_ids: list[int], max_group_size: int) -> dict[str, dict[int, float]] | None:

@@ -29,36 +29,22 @@ Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`
   per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
   pricing proves that no column improves; column generation stops once it is within ``CG_GAP``, and
   where its time ends first it goes on in a forked process while the plan is built, ``_bound_later``);
-- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)``, the packing
-  bound (nodes as bins, dual feasible functions: planner/optimal.py), when column generation
-  proved nothing, the halves' bound (training pools and rollout classes packed apart: planner/halves.py),
-  nor, where it applies, the LP by pairs' bound with the halves' by whole nodes (planner/pairlp.py);
-  those two know only pools whose members train at one GPU count, so they are used only where every
-  training cluster's options have one count (``CandidateBuilder.uniform_pools``).
+- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)`` or the packing
+  bound (nodes as bins, dual feasible functions: planner/optimal.py).
 With rejections the bound is on plans that place as many jobs (the plan's note says how many).
 The colocated groups and the pools are in the LP from the start (no negative reduced cost at its
 optimum), so column generation's bound covers them (when there were more pools than the budget,
 neither it nor the master's bound is used); the work and packing bounds charge each job its
-colocated option or its least pool share too, and the halves' and the pairs' bounds, which know no
-colocation, are lowered by what colocating jobs could save (``_allow_colocation``).
+colocated option or its least pool share too.
 
-When column generation proves nothing in its time (300 RH jobs in 30 s: its pricing never
-completes), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
+When column generation has not settled in its time (300 RH jobs in 30 s: its bound comes from
+the background, ``_bound_later``), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
 rollout classes, then those classes packed into training pools) starts the integer master instead:
 there it is 1-3 % cheaper than the dives' plan. That holds where no cluster hosts both kinds of
 phase; elsewhere (Hetero, some of whose jobs may roll out on training GPUs) the unsettled LP is
 dived on as usual. Where every job has one option of one node per phase (planner/regroup.py),
 windows of the plan by halves are then re-cut exactly until 84 % of the limit, every new group
 timetabled. Masters whose LP settles keep the dives.
-
-Where besides no rollout node ever holds three jobs (RH), the same LP is solved first *by pairs*
-(planner/pairlp.py): a pricing that knows a group is a training node plus one rollout node per job,
-less one per pair. On 100 RH jobs it settles in under a second; column generation then runs as
-usual (the pairs' bound, by whole nodes, may round its LP up). When it has not settled by 15 % of
-the limit (300 RH jobs), column generation, which would not settle either, is skipped: the LP by
-pairs goes on in a forked process until 84 % of the limit while the plan by halves is regrouped
-with one thread fewer (on one thread it stops at 30 % instead), and its Lagrangian bound with the
-halves', by whole nodes, is the bound.
 
 Where jobs train at several GPU counts on a cluster (Hetero), column generation prices groups whose
 members train at one count first (their LP settles in seconds), then every pool, members on parts
@@ -97,25 +83,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR, PAIR_END,
-                                     PAIR_TRIAL_END, REGROUP_END, TEMPLATES_END, TRAIN_HALF,
-                                     TimeBudget)
+from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR,
+                                     REGROUP_END, TEMPLATES_END, TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
 from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, column_timetable, exact_timetable, group_timetable,
                                       materialize, template_column)
-from weave_rl.planner.halves import decomposed_plan, half, phases_apart
+from weave_rl.planner.halves import decomposed_plan, phases_apart
 from weave_rl.planner.lns import search
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import fits_cap
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
-                             colocated_costs, group_plan, make_candidate, packing_half_bounds, packing_lower_bound,
+                             group_plan, make_candidate, packing_lower_bound,
                              work_lower_bound)
 from weave_rl.planner.pricing import PricingPool, price_exact
-from weave_rl.planner.pairlp import JointLP, applies as pair_applies, by_whole_nodes
-from weave_rl.planner.regroup import eligible, regroup
+from weave_rl.planner.regroup import regroup
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.reasons import not_placed_reason, with_placement_note
 from weave_rl.profiles.jobs import JobSet
@@ -167,8 +151,8 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     """Minimum-cost plan. ``pinned`` groups may be kept on their nodes at no extra charge; ``extra``
     charges a job (by name) whenever it lands anywhere else (``replan``'s migration cost).
 
-    The steps, in order: columns from the templates and the candidates, the LP (column generation,
-    or the LP by pairs), the plan by halves where the LP did not settle, the integer master with
+    The steps, in order: columns from the templates and the candidates, the LP (column generation),
+    the plan by halves where the LP did not settle, the integer master with
     every chosen group's timetable, then the plan with its bound, passed by the independent checker."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
@@ -212,12 +196,7 @@ class _Solve:
     lagrangian: float | None = None  # column generation's bound, when a pricing was proven
     proof: tuple | None = None  # (process, pipe): column generation going on (``_bound_later``)
     lp_state: LpState | None = None
-    joint: JointLP | None = None  # the LP by pairs, where it applies
-    settled: bool = False  # ... and it settled
     pools: SharedPools | None = None  # the sets of jobs that may time-share a pool: columns from the start
-    halves_bound: float | None = None
-    kinds: tuple[float, float] | None = None  # (training half's bound, rollout half's) behind halves_bound
-    bound_source: str = "the halves' (planner/halves.py)"
     solver: str = "auto"
     exclusive: list[list[int]] = field(default_factory=list)  # pinned columns holding the same node
     banned: set[int] = field(default_factory=set)  # columns the master may not choose
@@ -342,72 +321,35 @@ def _enumerate(s: _Solve, budget: int) -> None:
 
 
 def _solve_lp(s: _Solve) -> None:
-    """The LP: its bound, its dives as starting plans. A complete enumeration needs no pricing.
-
-    Where the plan by halves and its regrouping apply and a rollout node holds one job or two, the
-    same LP by pairs (planner/pairlp.py) comes first, its pricing being quicker; with threads to
-    spare it goes on in a forked process while the plan is regrouped. When it has not settled by
-    PAIR_TRIAL_END, column generation would not either and is skipped."""
-    builder, budget = s.builder, s.budget
-    fallback = bool(s.job_ids) and not s.charge and phases_apart(builder) and eligible(builder)
-    if fallback and s.result.mode == "colgen" and pair_applies(builder):
-        s.joint = JointLP(builder, budget.from_now(TRAIN_HALF))
-        background = s.threads > 1
-        s.joint.start(budget.by(REGROUP_END if background else PAIR_END), background)
-        s.settled = s.joint.settled(budget.by(PAIR_TRIAL_END))
-        s.say(f"pair LP: bound ${s.joint.bound():,.2f}" + (" (optimal)" if s.settled else ", not settled")
-              + (" (going on)" if s.joint.running and not s.settled else ""))
-        if not s.settled:
-            s.say("column generation skipped: the LP by pairs did not settle")
-            return
+    """The LP: its bound, its dives as starting plans. A complete enumeration needs no pricing."""
     try:
         s.lagrangian, s.lp_state = _column_generation(
             s, price=s.result.mode == "colgen",
-            dive_unproven=not phases_apart(builder))  # else the plan by halves starts the master
+            dive_unproven=not phases_apart(s.builder))  # else the plan by halves starts the master
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
         s.say(str(exc))
         s.result.stats["lp_trouble"] = str(exc)
 
 
 def _plan_by_halves(s: _Solve) -> None:
-    """Where column generation proved nothing and no cluster hosts both kinds of phase (300 RH jobs
-    in 30 s), the plan built half by half (planner/halves.py: the cheapest rollout classes, then
-    those classes packed into training pools; 1-3 % cheaper there than the dives' plan), its
-    windows re-cut exactly (planner/regroup.py), starts the master; its bound is the halves' (with
-    the LP by pairs', by whole nodes). Where a cluster hosts both kinds of phase the halves know
-    nothing of it (300 Hetero jobs: 45-70 % dearer than the rounded LP): the LP was dived on."""
-    builder, joint = s.builder, s.joint
+    """Where column generation has not settled and no cluster hosts both kinds of phase (300 RH
+    jobs in 30 s), the plan built half by half (planner/halves.py: the cheapest rollout classes,
+    then those classes packed into training pools; 1-3 % cheaper there than the dives' plan), its
+    windows re-cut exactly (planner/regroup.py), starts the master. Where a cluster hosts both
+    kinds of phase the halves know nothing of it (300 Hetero jobs: 45-70 % dearer than the rounded
+    LP): the LP was dived on."""
+    builder = s.builder
     if not (s.result.mode == "colgen" and s.lagrangian is None and s.job_ids and phases_apart(builder)):
-        if joint is not None:  # settled: its bound by whole nodes may round the LP's up
-            s.halves_bound = joint.bound()
-            s.kinds = (joint.train.bound, joint.rollout.bound)
-            joint.close()
         return
-    solved = (joint.rollout_packing, joint.rollout) if joint is not None else None
-    # One thread fewer while the LP by pairs goes on in its process.
-    workers = max(1, s.threads - 1) if joint is not None and joint.running else s.threads
-    groups, rollout_bound = decomposed_plan(builder, s.budget.from_now(HALVES), workers, solved)
-    # The training half's LP too, where it is quick (1-2 s on 300 RH jobs: each job's loop bounds
-    # its pool's cap), else its packing bound.
-    train_bound = joint.train.bound if joint is not None else \
-        half(builder, "train").solve(s.budget.from_now(TRAIN_HALF)).bound
-    halves = packing_half_bounds(s.model, s.job_ids, s.max_group_size)
-    s.kinds = (max(halves["train"], train_bound), max(halves["rollout"], rollout_bound))
-    s.halves_bound = s.kinds[0] + s.kinds[1]
+    groups = decomposed_plan(builder, s.budget.from_now(HALVES), s.threads)
     if groups and not s.charge:  # windows of its groups re-cut exactly
         before = sum(g.cost for g in groups)
 
         def timetabled(cand: Candidate) -> bool:
             return column_timetable(s.model, _candidate_column(cand, s.charge), time_limit_s=REGROUP_TIMETABLE_S).ok
 
-        groups = regroup(builder, groups, s.budget.by(REGROUP_END), workers, timetabled=timetabled)
+        groups = regroup(builder, groups, s.budget.by(REGROUP_END), s.threads, timetabled=timetabled)
         s.say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
-    if joint is not None:
-        joint.close()  # its last bound
-        pairs = by_whole_nodes(builder, joint.pair.bound if joint.pair else 0.0, *s.kinds)
-        if pairs > s.halves_bound + 1e-6:
-            s.halves_bound = pairs
-            s.bound_source = "the Lagrangian bound of the LP by pairs (planner/pairlp.py) with the halves', by whole nodes"
     chosen = []
     for cand in groups:
         column = _candidate_column(cand, s.charge)
@@ -415,7 +357,7 @@ def _plan_by_halves(s: _Solve) -> None:
         chosen.append(s.seen[column.key])
     if chosen and _within_nodes(s.columns, chosen, s.topo):
         halved = s.incumbent(chosen)
-        s.say(f"plan by halves: ${s.objective(halved):,.2f}, bound by halves ${s.halves_bound:,.2f}")
+        s.say(f"plan by halves: ${s.objective(halved):,.2f}")
         s.offer(halved)
 
 
@@ -545,7 +487,8 @@ def _collect_proof(s: _Solve) -> None:
     if not bounds:
         s.say("column generation in the background: no complete pricing in time")
         return
-    s.say(f"column generation in the background: {len(bounds)} complete pricing(s), bound ${max(bounds):,.2f}")
+    s.say(f"column generation in the background: {len(bounds)} complete pricing(s), bound ${max(bounds):,.2f}"
+          f" (each: {', '.join(f'${b:,.2f}' for b in bounds)})")
     if s.lagrangian is None or max(bounds) > s.lagrangian:
         s.lagrangian = max(bounds)
 
@@ -637,17 +580,11 @@ def _final_plan(s: _Solve) -> Plan:
                                                                                       s.max_group_size)) for j in lost]
     # A restricted master's own bound holds for its columns only.
     master_bound = s.master.bound if s.master is not None and not s.priced_out and s.pools_complete else None
-    if s.halves_bound is not None and not s.builder.uniform_pools():
-        s.say("the halves' and pairs' bounds are not used: they know only pools of one training GPU count")
-        s.halves_bound = None
-    if s.halves_bound is not None:
-        s.halves_bound = _allow_colocation(s.model, s.builder, s.halves_bound, s.kinds, s.joint)
-        s.say(f"bound by halves with colocated jobs: ${s.halves_bound or 0.0:,.2f}")
     lb, note = _bound(s.model, s.builder, s.result, s.master is not None, master_bound, s.lp_bound(), s.job_ids, lost,
-                      s.penalty, cost, s.charge, s.halves_bound, s.bound_source)
+                      s.penalty, cost, s.charge)
     if not s.pools_complete:
         note = f"more sets of jobs may time-share a pool than the {len(s.pools.groups):,} made columns: the " \
-               "bound is the work, packing or halves' bound"
+               "bound is the work or packing bound"
     gap = (cost - lb) / cost if cost > 0 else 0.0
     status = s.master.status if s.master else "OPTIMAL"
     if repaired is not None:
@@ -762,56 +699,6 @@ def _phases_share_a_node(group: GroupPlan) -> bool:
     job = group.jobs[0]
     nodes = {kind: {g.rpartition(":")[0] for g in job.phase(kind).gpus} for kind in ("rollout", "train")}
     return bool(nodes["rollout"] & nodes["train"])
-
-
-def _allow_colocation(model: PlanningModel, builder: CandidateBuilder, bound: float,
-                      kinds: tuple[float, float] | None = None, joint: JointLP | None = None) -> float | None:
-    """A bound of plans without colocated jobs (the halves', the LP by pairs'), made one of every plan.
-
-    Plans colocating no job keep ``bound``. A plan colocating ``k >= 1`` jobs ``S`` (at ``c_j`` each,
-    on nodes of their own) is a plan of the other jobs plus those groups. Those bounds relax away
-    node counts, so a plan of the other jobs plus each job of ``S`` in its cheapest candidate alone
-    (``u_j``) is one of theirs: the plan costs at least ``bound + sum_S (c_j - u_j)``. Sharper where
-    an LP's bound comes with its duals ``pi`` (the LP by pairs', or the halves' when both are
-    optimal): restricted to the other jobs they still bound their LP, so the plan costs at least
-    ``LP bound + sum_S (c_j - pi_j)``; rounded up to whole nodes as planner/pairlp.py does, with the
-    rollout half's bound less the ``k`` largest rollout options alone and the training half's less
-    what colocation may save there (colocated nodes are training nodes). Each sum over ``S`` is at
-    least that of the ``k`` least terms. The result is the least of ``bound`` and, over ``k``, of
-    the best of these. None when a job with a colocated group has no candidate alone."""
-    colocated = colocated_costs(model, builder.job_ids, builder.k)
-    if not colocated:
-        return bound
-    alone = {cand.jobs[0]: cand.cost for cand in _singletons(builder)}
-    if any(j not in alone for j in colocated):
-        return None
-    k_max = len(colocated)
-    by_k = _prefix_least([c - alone[j] for j, c in colocated.items()], bound)  # per k = 1.. the crude bound
-    certified = [] if joint is None else [(joint.pair.bound, joint.pair.duals) if joint.pair else (0.0, None),
-                                          (sum(joint.center.values()), joint.center) if joint.center else (0.0, None)]
-
-    def cheapest(options, j):
-        return min(builder.price[o.cluster] * o.nodes for o in options[j])
-
-    for value, duals in certified:
-        if duals is None:
-            continue
-        lp = _prefix_least([c - duals[j] for j, c in colocated.items()], value)
-        if kinds is not None:
-            train = kinds[0] + sum(min(0.0, c - cheapest(builder.train_opts, j)) for j, c in colocated.items())
-            rollout = _prefix_least([-cheapest(builder.rollout_opts, j) for j in colocated], kinds[1])
-            lp = [by_whole_nodes(builder, lp[k], train, max(0.0, rollout[k])) for k in range(k_max)]
-        by_k = [max(a, b) for a, b in zip(by_k, lp)]
-    return min(bound, min(by_k))
-
-
-def _prefix_least(values: list[float], base: float) -> list[float]:
-    """``base`` plus the sum of the ``k`` least ``values``, for k = 1 .. len(values)."""
-    out, total = [], base
-    for v in sorted(values):
-        total += v
-        out.append(total)
-    return out
 
 
 def _singletons(builder: CandidateBuilder) -> list:
@@ -1197,8 +1084,7 @@ def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int)
     return max(work_lower_bound(model, job_ids), packing_lower_bound(model, job_ids, max_group_size))
 
 
-def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, lost, penalty, cost, charge,
-           halves_bound=None, bound_source="the halves' (planner/halves.py)"):
+def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, lost, penalty, cost, charge):
     note = None
     lb = 0.0
     if result.mode == "enumerate" and master_bound is not None:
@@ -1211,9 +1097,7 @@ def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, l
     if charge:  # the master's objective includes migration charges; the plan's cost does not
         lb -= sum(charge.values())
     if not lost:
-        lb = max(lb, _simple_bound(model, job_ids, builder.k), halves_bound or 0.0)
-        if note and halves_bound and lb == halves_bound:
-            note = f"column generation proved no bound in time: the bound is {bound_source}"
+        lb = max(lb, _simple_bound(model, job_ids, builder.k))
     lb = min(max(lb, 0.0), cost)
     if not planned and job_ids:
         note = "no plan verified"

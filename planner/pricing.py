@@ -367,12 +367,12 @@ class _Search:
     def _shares(self, opts: dict, area: dict, cap: float) -> dict:
         """Per member j, at least ``(sum of its class's values - the class's cost) / class size`` for every
         rollout class that may hold it at this cap: a group's reduced cost is its pool's cost less its
-        members' yields, so it is at least ``fixed - sum_j share_j`` (the bound of the LP by pairs,
-        made general). A class of one yields ``value - its nodes``; a class of two one-node rollouts
-        needs their loads with warm switches within the cap (the partner of best value that fits,
-        by a prefix maximum over loads); a wider class of two costs two nodes at least; a class of
-        three or more needs, on its cluster, three members' node-time within its widest option's
-        node-time, and costs at least its members' areas (so yields at most their mean ``u``)."""
+        members' yields, so it is at least ``fixed - sum_j share_j``. A class of one yields
+        ``value - its nodes``; a class of two one-node rollouts needs their loads with warm switches
+        within the cap (the partner of best value that fits, by a prefix maximum over loads); a
+        wider class of two costs two nodes at least; a class of three or more needs, on its cluster,
+        three members' node-time within its widest option's node-time, and costs at least its
+        members' areas (so yields at most their mean ``u``)."""
         value, price, k = self.value, self.price, self.b.k
         ones: dict[str, list] = {}  # cluster -> (load, value, job) of one-node options
         wider: dict[str, dict] = {}  # cluster -> job -> its value, for members with a wider option there
@@ -390,12 +390,14 @@ class _Search:
                     wider.setdefault(c, {})[j] = value[j]
         prefix = {c: _prefix_best(sorted(entries)) for c, entries in ones.items()}
         best_wider = {c: heapq.nlargest(2, ((v, j) for j, v in values.items())) for c, values in wider.items()}
-        small_nt = {c: heapq.nsmallest(3, ((t, j) for j, t in nt.items())) for c, nt in least_nt.items()}
+        # Per cluster, its three least node-times (with their members): a class of three or more
+        # holds a member and two others within its widest option's node-time.
+        small = {c: heapq.nsmallest(3, ((t, j) for j, t in nt.items())) for c, nt in least_nt.items()}
         top_u = heapq.nlargest(k, ((value[j] - area[j], j) for j in opts))
         share = {}
         for j, options in opts.items():
             best = -math.inf
-            u_j = value[j] - area[j]
+            crowd = False  # whether a class of three or more may hold it
             for o in options:
                 c, p = o.cluster, price[o.cluster]
                 best = max(best, value[j] - p * o.nodes)
@@ -412,14 +414,15 @@ class _Search:
                 partners = [v for v in partners if v is not None]
                 if partners:
                     best = max(best, (value[j] + max(partners) - p * max(2, o.nodes)) / 2)
-                others_nt = [t for t, i in small_nt[c] if i != j][:2]
-                if len(others_nt) == 2 and o.nodes * o.duration_s + sum(others_nt) <= widest[c] * cap + TOL:
-                    rest = [u for u, i in top_u if i != j]
-                    total = u_j
-                    for size, u in enumerate(rest[:k - 1], start=2):
-                        total += u
-                        if size >= 3:
-                            best = max(best, total / size)
+                if not crowd:
+                    others = [t for t, i in small[c] if i != j][:2]
+                    crowd = len(others) == 2 and o.nodes * o.duration_s + others[0] + others[1] <= widest[c] * cap + TOL
+            if crowd:
+                total = value[j] - area[j]
+                for size, (u, _) in enumerate([t for t in top_u if t[1] != j][:k - 1], start=2):
+                    total += u
+                    if size >= 3 and total / size > best:
+                        best = total / size
             share[j] = best
         return share
 
@@ -473,14 +476,15 @@ class _Search:
         leaf = self._leaf
         # The least node-seconds of each member's rollout and the least node price it may pay: no
         # choice of rollouts has a floor (``_rollout_floor``) under the sum's whole nodes at the least price.
+        # Both kept as running sums (``seconds``, the least ``unit``) down the search.
         node_s = {j: min(o.nodes * o.duration_s for o in ctx.opts[j]) for j in ctx.opts}
         unit = {j: min(self.price[o.cluster] for o in ctx.opts[j]) for j in ctx.opts}
-        cap = ctx.cap
+        node_s_c = [node_s[j] for j in cands]
+        unit_c = [unit[j] for j in cands]
+        ceil, cap = math.ceil, ctx.cap
 
-        def floor(group) -> float:
-            return min(unit[j] for j in group) * math.ceil((sum(node_s[j] for j in group) - TOL) / cap - 1e-9)
-
-        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum) -> bool:
+        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum, seconds,
+                  least_unit) -> bool:
             self.visited += 1
             if self.visited % 2000 == 0 and time.perf_counter() > deadline:
                 return False
@@ -488,7 +492,8 @@ class _Search:
                 return False
             base = fixed - gain  # the three lower bounds compared one by one, not by a max call (hot)
             if len(group) >= 2 and has_wide and base + min_class < bar[0] and base + area_sum < bar[0] \
-                    and base + big_sum < bar[0] and fixed - share_sum < bar[0] and base + floor(group) < bar[0]:
+                    and base + big_sum < bar[0] and fixed - share_sum < bar[0] \
+                    and base + least_unit * ceil((seconds - TOL) / cap - 1e-9) < bar[0]:
                 leaf(ctx, group)
             room = k - len(group)
             if room == 0:
@@ -509,8 +514,7 @@ class _Search:
                 other = w2 - top_w[i + 1][left]
                 if other > least:
                     least = other
-                s2 = share_sum + share_c[i]
-                if fixed - g2 + least >= bar[0] or fixed - s2 - top_s[i + 1][left] >= bar[0]:
+                if fixed - g2 + least >= bar[0] or fixed - share_sum - share_c[i] - top_s[i + 1][left] >= bar[0]:
                     # No later candidate does better when even the ``room`` best values from here
                     # cannot pay for what the group holds already: the rest of the loop is cut.
                     if base + (min_class - top_v[i][room]) >= bar[0] or base + (area_sum - top_u[i][room]) >= bar[0] \
@@ -518,11 +522,13 @@ class _Search:
                         break
                     continue
                 if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2,
-                             has_wide or wide_c[i], s2):
+                             has_wide or wide_c[i], share_sum + share_c[i], seconds + node_s_c[i],
+                             least_unit if least_unit < unit_c[i] else unit_c[i]):
                     return False
             return True
 
-        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum)
+        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum,
+                     sum(node_s[j] for j in group), min(unit[j] for j in group))
 
     def _leaf(self, ctx, group: list[int]) -> None:
         """Exact cost of the group: every layout of its members' training options on the pool (the

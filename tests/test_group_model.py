@@ -386,7 +386,7 @@ def test_every_enumerated_candidate_keeps_the_group_rules_and_each_broken_rule_i
     assert not group_fits(builder, full.jobs, full.trains, full.rollouts, full.classes)
 
 
-def test_the_halves_bound_is_used_only_where_pools_have_one_training_gpu_count():
+def test_pools_are_uniform_only_where_each_training_cluster_has_one_gpu_count():
     jobs = spatial_jobs()
     model = PlanningModel(small_testbed("spatial", 4), jobs_from_data({"jobs": jobs}, "jobs.yaml"))
     assert not CandidateBuilder(model, [0, 1, 2], 5).uniform_pools()
