@@ -38,9 +38,9 @@ neither it nor the master's bound is used); the work and packing bounds charge e
 colocated option or its least pool share too.
 
 When column generation has not settled in its time (300 RH jobs in 30 s: its bound comes from
-the background, ``_bound_later``), its LP is not dived on; the plan built half by half (planner/halves.py: the cheapest
-rollout classes, then those classes packed into training pools) starts the integer master instead:
-there it is 1-3 % cheaper than the dives' plan. That holds where no cluster hosts both kinds of
+the background, ``_bound_later``), its LP is not dived on; the plan built half by half
+(planner/halves.py: the cheapest rollout classes, then those classes packed into training pools)
+starts the integer master instead: there it is 1-3 % cheaper than the dives' plan. That holds where no cluster hosts both kinds of
 phase; elsewhere (Hetero, some of whose jobs may roll out on training GPUs) the unsettled LP is
 dived on as usual. Where every job has one option of one node per phase (planner/regroup.py),
 windows of the plan by halves are then re-cut exactly until 84 % of the limit, every new group

@@ -359,12 +359,15 @@ class _Search:
         top_v = _suffix_top(v, b.k - 1)
         top_u = _suffix_top(u, b.k - 1)
         share = self._shares(opts, area, cap)
-        top_s = _suffix_top([share[j] for j in cands], b.k - 1)
+        if share is None:  # no bound from shares: a group's share sum is infinite
+            share, top_s = dict.fromkeys(opts, math.inf), [[0.0] * b.k] * (len(cands) + 1)
+        else:
+            top_s = _suffix_top([share[j] for j in cands], b.k - 1)
         fixed = self.price[key[1]] * width
         return _Leader(m, key, trains, tau, mem, train_mem_cap, cap, limit, opts, cands, cheapest, area, top_v, top_u,
                        fixed, big, top_w, wide, wide_after, share, top_s)
 
-    def _shares(self, opts: dict, area: dict, cap: float) -> dict:
+    def _shares(self, opts: dict, area: dict, cap: float) -> dict | None:
         """Per member j, at least ``(sum of its class's values - the class's cost) / class size`` for every
         rollout class that may hold it at this cap: a group's reduced cost is its pool's cost less its
         members' yields, so it is at least ``fixed - sum_j share_j``. A class of one yields
@@ -372,7 +375,9 @@ class _Search:
         within the cap (the partner of best value that fits, by a prefix maximum over loads); a
         wider class of two costs two nodes at least; a class of three or more needs, on its cluster,
         three members' node-time within its widest option's node-time, and costs at least its
-        members' areas (so yields at most their mean ``u``)."""
+        members' areas (so yields at most their mean ``u``). None when a class of three may hold
+        every member: the mean then bounds little (300 Hetero jobs), and the search is quicker
+        without it."""
         value, price, k = self.value, self.price, self.b.k
         ones: dict[str, list] = {}  # cluster -> (load, value, job) of one-node options
         wider: dict[str, dict] = {}  # cluster -> job -> its value, for members with a wider option there
@@ -388,16 +393,23 @@ class _Search:
                     ones.setdefault(c, []).append((load_s(o, True), value[j], j))
                 else:
                     wider.setdefault(c, {})[j] = value[j]
-        prefix = {c: _prefix_best(sorted(entries)) for c, entries in ones.items()}
-        best_wider = {c: heapq.nlargest(2, ((v, j) for j, v in values.items())) for c, values in wider.items()}
         # Per cluster, its three least node-times (with their members): a class of three or more
         # holds a member and two others within its widest option's node-time.
         small = {c: heapq.nsmallest(3, ((t, j) for j, t in nt.items())) for c, nt in least_nt.items()}
+
+        def crowd(j: int, o) -> bool:
+            others = [t for t, i in small[o.cluster] if i != j][:2]
+            return len(others) == 2 and o.nodes * o.duration_s + others[0] + others[1] <= widest[o.cluster] * cap + TOL
+
+        crowded = {j: any(crowd(j, o) for o in options) for j, options in opts.items()}
+        if all(crowded.values()):
+            return None
+        prefix = {c: _prefix_best(sorted(entries)) for c, entries in ones.items()}
+        best_wider = {c: heapq.nlargest(2, ((v, j) for j, v in values.items())) for c, values in wider.items()}
         top_u = heapq.nlargest(k, ((value[j] - area[j], j) for j in opts))
         share = {}
         for j, options in opts.items():
             best = -math.inf
-            crowd = False  # whether a class of three or more may hold it
             for o in options:
                 c, p = o.cluster, price[o.cluster]
                 best = max(best, value[j] - p * o.nodes)
@@ -414,10 +426,7 @@ class _Search:
                 partners = [v for v in partners if v is not None]
                 if partners:
                     best = max(best, (value[j] + max(partners) - p * max(2, o.nodes)) / 2)
-                if not crowd:
-                    others = [t for t, i in small[c] if i != j][:2]
-                    crowd = len(others) == 2 and o.nodes * o.duration_s + others[0] + others[1] <= widest[c] * cap + TOL
-            if crowd:
+            if crowded[j]:
                 total = value[j] - area[j]
                 for size, (u, _) in enumerate([t for t in top_u if t[1] != j][:k - 1], start=2):
                     total += u
