@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 TEMPLATES_END = 0.05  # re-timetabling a previous plan's or pinned group whose own timetable no longer holds
 ENUMERATION_END = 0.10  # candidate enumeration: beyond it column generation prices instead
 COLGEN_END = 0.60  # column generation (the dives and the columns near the LP optimum are after it)
-REGROUP_END = 0.84  # the regrouping of the plan by halves (planner/regroup.py)
 MASTER_END = 0.88  # the integer master (CBC may overrun by a second); the timetables take the rest
 SEARCH_END = 0.98  # every search (the neighbourhood search's end); the rest is the plan's bound and the checker's
 
@@ -22,7 +21,6 @@ SEARCH_END = 0.98  # every search (the neighbourhood search's end); the rest is 
 DIVE = 0.15  # diving on the LP for integer plans
 NEAR = 0.10  # collecting columns of small reduced cost once the LP is optimal
 DECIDE = 0.08  # deciding exactly the LP's groups of mixed training GPU counts without a round robin
-HALVES = 0.12  # the plan by halves (planner/halves.py)
 LNS = 0.75  # of a large master's time until MASTER_END, the neighbourhood search's (planner/lns.py; it goes on
            # until SEARCH_END, timetabling as it goes); CBC has the rest
 
@@ -44,10 +42,6 @@ class TimeBudget:
     def lasting(self, share: float) -> float:
         """Seconds: ``share`` of the limit."""
         return share * self.limit_s
-
-    def from_now(self, share: float) -> float:
-        """The time.perf_counter() value ``share`` of the limit from now."""
-        return time.perf_counter() + share * self.limit_s
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()

@@ -148,9 +148,7 @@ def member_orders(model: PlanningModel, members: list[Member]) -> list[list[Memb
     training first, narrowest first, and by rollout, train and rollout-minus-train time each way:
     there the order the round robin starts them in decides whether it meets the caps (on 100 Hetero
     jobs these orders found a round robin within the caps for 11 of the 14 groups where some
-    permutation had one). Elsewhere the members' order alone, as before: tried on every group, the
-    other orders changed which plans 300 RH jobs' regrouping reached ($5,697-5,712/h against
-    $5,655-5,680 on seed 1)."""
+    permutation had one). Elsewhere the members' order alone, as before."""
     if len({len(m.train_gpus) for m in members}) < 2:
         return [members]
     times = {m.job.name: phase_durations_ms(model, m) for m in members}

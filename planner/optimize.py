@@ -1,78 +1,46 @@
 """The ``optimal`` policy, cost objective: set partitioning over co-execution groups.
 
-1. Columns: the weave heuristic's groups and the groups of a previous plan (``start``) as templates
-   (so the result is never worse than either), pinned groups (``replan`` keeps them), and candidate
-   groups (planner/optimal.py): all of them when the enumeration fits its budget, else those that
-   column generation prices (planner/colgen.py); and every job alone with its rollout and train
-   taking turns on the same GPUs (the ``colocate`` policy's group, planner/colocated.py) or, where
-   both share a node, as the ``solo`` policy lays it out (so no baseline places a job it cannot);
-   and every set of jobs that may time-share one pool, each member's rollout and train on the same
-   GPUs (planner/colocated.py ``shared_pools``).
+1. Columns: the weave heuristic's groups and a previous plan's (``start``) as templates, so the
+   result is never worse than either; pinned groups (``replan`` keeps them); every job alone as the
+   ``colocate`` and ``solo`` policies lay it out, so no baseline places a job this cannot; every set
+   of jobs that may time-share one pool (planner/colocated.py); and candidate groups
+   (planner/optimal.py): all of them when the enumeration fits its budget, else those that column
+   generation prices (planner/colgen.py, planner/pricing.py).
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
-   migration charge. The best known plan (the heuristic's, the previous one, or the LP rounded by
-   diving) is its hint. After column generation, a master of at most 8,000 columns is solved
-   whole by CBC for all its time (measured on 100 RH jobs: 1.0-1.7 % above the LP, against
-   1.8-4.9 % for the search below). A larger one first sees the 2,000 columns of least reduced
-   cost (plus every single-job column): far quicker to good plans than all of them, and the bound
-   does not depend on it; then a large neighbourhood search (planner/lns.py, one per thread in
-   forked processes) improves its plan over every column. ``solver="auto"`` picks CBC there and
-   CP-SAT for complete enumerations.
-3. Every chosen group gets a timetable: the round robin when it meets every SLO, else the exact
-   timetable (planner/timetable.py: by enumeration for small groups, planner/cyclic.py, else CP-SAT).
-   A group without one is banned and the master re-solved.
+   migration charge, from the best known plan as hint. After column generation a master of at
+   most 8,000 columns is solved whole by CBC; a larger one first sees the 2,000 columns of least
+   reduced cost, then a large neighbourhood search (planner/lns.py) improves its plan over every
+   column. ``solver="auto"`` picks CBC there and CP-SAT for complete enumerations.
+3. Every chosen group gets a timetable (planner/columns.py: the round robin when it meets every
+   SLO, else the exact one); a group without one is banned and the master re-solved.
 
 Lower bound, always valid for the model (reported as ``lower_bound_usd_per_hour`` and the gap):
-- complete enumeration: the better of the integer master's own bound and the LP relaxation's (a
-  master of more than 3,000 columns is then solved by CBC like a column-generation master);
-- otherwise: column generation's Lagrangian bound at its last complete pricing (LP value plus the
-  per-leader sum of least reduced costs, planner/pricing.py; equal to the LP optimum once the exact
-  pricing proves that no column improves; column generation stops once it is within ``CG_GAP``, and
-  where its time ends first it goes on in a forked process while the plan is built, ``_bound_later``);
-- and never below the work bound ``sum_j (r_j $R_j + t_j $T_j) / (slo_j solo_j)`` or the packing
-  bound (nodes as bins, dual feasible functions: planner/optimal.py).
-With rejections the bound is on plans that place as many jobs (the plan's note says how many).
-The colocated groups and the pools are in the LP from the start (no negative reduced cost at its
-optimum), so column generation's bound covers them (when there were more pools than the budget,
-neither it nor the master's bound is used); the work and packing bounds charge each job its
-colocated option or its least pool share too.
+- complete enumeration: the better of the master's own bound and the LP relaxation's;
+- otherwise column generation's Lagrangian bound at its last complete pricing (LP value plus the
+  per-leader sum of least reduced costs; the LP optimum once no column improves). Column generation
+  stops within ``CG_GAP`` of it, and where its time ends first it goes on in a forked process while
+  the plan is built (``_bound_later``);
+- never below the work bound or the packing bound (planner/optimal.py).
+With rejections the bound is on plans that place as many jobs (the plan's note says so). The
+colocated groups and shared pools are in the LP from the start, so its bound covers them.
 
-When column generation has not settled in its time (300 RH jobs in 30 s: its bound comes from
-the background, ``_bound_later``), its LP is not dived on; the plan built half by half
-(planner/halves.py: the cheapest rollout classes, then those classes packed into training pools)
-starts the integer master instead: there it is 1-3 % cheaper than the dives' plan. That holds where no cluster hosts both kinds of
-phase; elsewhere (Hetero, some of whose jobs may roll out on training GPUs) the unsettled LP is
-dived on as usual. Where every job has one option of one node per phase (planner/regroup.py),
-windows of the plan by halves are then re-cut exactly until 84 % of the limit, every new group
-timetabled. Masters whose LP settles keep the dives.
-
-Where jobs train at several GPU counts on a cluster (Hetero), column generation prices groups whose
-members train at one count first (their LP settles in seconds), then every pool, members on parts
-of it included (planner/pricing.py ``mixed``): only that pricing's bound is the model's. The
-candidate rules are loose for groups of mixed counts (masters that chose them failed verification:
-$4.3k/h repaired against $3.5k planned on 100 Hetero jobs), so they are decided exactly once the LP
-is solved (planner/cyclic.py, least reduced cost first, for the DECIDE share of the time; checking
-each one's round robin as it was priced took 30 % of column generation on 300 Hetero jobs): the ones
-without a timetable stay in the LP (the bound needs them) but are closed to its dives and banned from
-the master (on 100 Hetero jobs s3, 264 of 1,149 in 2 s); those not reached in time are decided by the
-dives that would fix them, and the master takes only those found with one.
-So are the groups of one count in the LP's support without a round robin, those the integer plans
-take first (300 Hetero jobs s1: 11 of 136 had no timetable).
+Where jobs train at several GPU counts on a cluster (Hetero), column generation prices pools of one
+count first (their LP settles in seconds), then every pool (planner/pricing.py ``mixed``): only that
+pricing's bound is the model's. The candidate rules are loose for groups of mixed counts, so those
+groups (and the LP's groups without a round robin) are decided exactly once the LP is solved, least
+reduced cost first, for the DECIDE share of the time: those without a timetable stay in the LP (the
+bound needs them) but are closed to its dives and banned from the master; those not reached are
+decided by the dives that would fix them.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
-left after every round, so the columns that complete a partial plan exist when they are needed;
-that plan is the hint of the integer master. Then it dives again from the same LP, ranking the
-fractional columns by value times a random factor: for the rest of the dive's time when the master
-is solved whole, else for a third of it more. CP-SAT merges every dive's plan (the cheapest plan
-over the union of their columns and the LP's support, within a second) for a master solved whole;
-a larger one keeps the cheapest dive and leaves the rest to the neighbourhood search.
-A dive cut short (time, or GLOP failing twice) is completed by rounding its last LP solution, the
-jobs left over covered by groups of their own.
+left, so the columns that complete a partial plan exist; more dives rank the fractional columns
+with seeded noise, and CP-SAT merges their plans for a master solved whole. A dive cut short is
+completed by rounding its last LP solution.
 
-Time: one budget, shared between the steps by the one table in planner/budget.py (the timetables
-take what the integer master leaves; most settle at their lower bound in milliseconds). When no
-plan is verified in time, or the independent checker (planner/check.py) rejects the plan,
-``NoPlanInTime`` (the API falls back to the weave policy).
+Time: one budget shared by the one table in planner/budget.py. When no plan is verified in time, or
+the independent checker (planner/check.py) rejects the plan, ``NoPlanInTime`` (the API then falls
+back to the weave policy).
 """
 
 from __future__ import annotations
@@ -83,15 +51,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, HALVES, LNS, MASTER_END, NEAR,
-                                     REGROUP_END, TEMPLATES_END, TimeBudget)
+from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, LNS, MASTER_END, NEAR,
+                                     TEMPLATES_END, TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
 from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, column_timetable, exact_timetable, group_timetable,
                                       materialize, template_column)
-from weave_rl.planner.halves import decomposed_plan, phases_apart
 from weave_rl.planner.lns import search
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import fits_cap
@@ -99,7 +66,6 @@ from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBu
                              group_plan, make_candidate, packing_lower_bound,
                              work_lower_bound)
 from weave_rl.planner.pricing import PricingPool, price_exact
-from weave_rl.planner.regroup import regroup
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.reasons import not_placed_reason, with_placement_note
 from weave_rl.profiles.jobs import JobSet
@@ -127,7 +93,6 @@ DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times
 # best combination (100 RH jobs s3: 7 dives of $1,920.88 at best merged into $1,878.64, in 0.06 s).
 MERGE_S = 1.0
 RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
-REGROUP_TIMETABLE_S = 0.25  # the most a regrouped group's timetable may take (else the group is not formed)
 EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
@@ -135,12 +100,9 @@ PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (on
 @dataclass
 class OptimalResult:
     plan: Plan
-    columns: int = 0
     mode: str = "enumerate"  # enumerate | colgen
     lp_iterations: int = 0
     master_solves: int = 0
-    timetable_failures: int = 0
-    complete: bool = True
     stats: dict = field(default_factory=dict)
 
 
@@ -152,15 +114,13 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     charges a job (by name) whenever it lands anywhere else (``replan``'s migration cost).
 
     The steps, in order: columns from the templates and the candidates, the LP (column generation),
-    the plan by halves where the LP did not settle, the integer master with
-    every chosen group's timetable, then the plan with its bound, passed by the independent checker."""
+    the integer master with every chosen group's timetable, then the plan with its bound, passed by the independent checker."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
     s = _Solve.begin(model, TimeBudget(time_limit_s), threads, progress, max_group_size, extra or {})
     _add_templates(s, start, pinned)
     _enumerate(s, enumeration_budget)
     _solve_lp(s)
-    _plan_by_halves(s)
     try:
         _prepare_master(s, solver)
         _solve_master(s)
@@ -323,48 +283,15 @@ def _enumerate(s: _Solve, budget: int) -> None:
 def _solve_lp(s: _Solve) -> None:
     """The LP: its bound, its dives as starting plans. A complete enumeration needs no pricing."""
     try:
-        s.lagrangian, s.lp_state = _column_generation(
-            s, price=s.result.mode == "colgen",
-            dive_unproven=not phases_apart(s.builder))  # else the plan by halves starts the master
+        s.lagrangian, s.lp_state = _column_generation(s, price=s.result.mode == "colgen")
     except LpTrouble as exc:  # no LP bound this time: the integer master still runs on the columns
         s.say(str(exc))
         s.result.stats["lp_trouble"] = str(exc)
 
 
-def _plan_by_halves(s: _Solve) -> None:
-    """Where column generation has not settled and no cluster hosts both kinds of phase (300 RH
-    jobs in 30 s), the plan built half by half (planner/halves.py: the cheapest rollout classes,
-    then those classes packed into training pools; 1-3 % cheaper there than the dives' plan), its
-    windows re-cut exactly (planner/regroup.py), starts the master. Where a cluster hosts both
-    kinds of phase the halves know nothing of it (300 Hetero jobs: 45-70 % dearer than the rounded
-    LP): the LP was dived on."""
-    builder = s.builder
-    if not (s.result.mode == "colgen" and s.lagrangian is None and s.job_ids and phases_apart(builder)):
-        return
-    groups = decomposed_plan(builder, s.budget.from_now(HALVES), s.threads)
-    if groups and not s.charge:  # windows of its groups re-cut exactly
-        before = sum(g.cost for g in groups)
-
-        def timetabled(cand: Candidate) -> bool:
-            return column_timetable(s.model, _candidate_column(cand, s.charge), time_limit_s=REGROUP_TIMETABLE_S).ok
-
-        groups = regroup(builder, groups, s.budget.by(REGROUP_END), s.threads, timetabled=timetabled)
-        s.say(f"regrouped: ${before:,.2f} -> ${sum(g.cost for g in groups):,.2f}")
-    chosen = []
-    for cand in groups:
-        column = _candidate_column(cand, s.charge)
-        s.add(column)
-        chosen.append(s.seen[column.key])
-    if chosen and _within_nodes(s.columns, chosen, s.topo):
-        halved = s.incumbent(chosen)
-        s.say(f"plan by halves: ${s.objective(halved):,.2f}")
-        s.offer(halved)
-
-
 def _prepare_master(s: _Solve, solver: str) -> None:
     """The master's solver, its hint (the LP's dives, merged, or the LP rounded, when cheaper), the
     columns it may skip, and the LP's support for the neighbourhood search."""
-    s.result.columns = len(s.columns)
     s.exclusive = _shared_nodes(s.columns)
     # Measured in bench/planner_scale.py: CBC's LP-based search suits large masters with a tight
     # LP; CP-SAT solves small complete enumerations exactly.
@@ -419,7 +346,7 @@ def _solve_master(s: _Solve) -> None:
         s.master = master
         s.say(f"master {s.result.master_solves}: ${master.objective:,.2f}/h ({master.status})")
         failed = _verify(s.model, s.columns, master.chosen, s.verified, s.banned, s.budget.deadline, s.threads,
-                         s.result, s.timetables)
+                         s.timetables)
         if failed is None:  # out of time before every group had a timetable (repaired later)
             return
         if failed:
@@ -658,15 +585,6 @@ def _shared_nodes(columns: list[Column]) -> list[list[int]]:
     return [sorted(set(h)) for h in {tuple(h) for h in holders.values() if len(h) > 1}]
 
 
-def _within_nodes(columns: list[Column], chosen: list[int], topo) -> bool:
-    """The chosen columns fit every cluster's node count (the plan by halves does not check it)."""
-    used: dict[str, int] = {}
-    for i in chosen:
-        for c, n in columns[i].nodes:
-            used[c] = used.get(c, 0) + n
-    return all(n <= topo.clusters[c].nodes for c, n in used.items())
-
-
 def _conflict_free(columns: list[Column], chosen: list[int]) -> bool:
     nodes = [n for i in chosen if columns[i].pinned for n in columns[i].template.nodes]
     return len(nodes) == len(set(nodes))
@@ -722,11 +640,10 @@ def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
     return sum(columns[i].objective for i in inc.columns) + penalty * len(inc.rejected)
 
 
-def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[float | None, "LpState | None"]:
+def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpState | None"]:
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
     Returns the best Lagrangian bound (None when no pricing was proven) and the LP with its dives.
-    Without ``dive_unproven`` an LP whose pricing never completed is not dived on (the caller has a
-    better start then). The groups found without a timetable join ``s.banned``."""
+    The groups found without a timetable join ``s.banned``."""
     model, builder, columns, add, job_ids, charge, penalty, result, threads, say = (
         s.model, s.builder, s.columns, s.add, s.job_ids, s.charge, s.penalty, s.result, s.threads, s.say)
     deadline, incumbent = s.budget.by(COLGEN_END), s.objective(s.hint) if s.hint else None
@@ -879,9 +796,6 @@ def _column_generation(s: _Solve, *, price: bool, dive_unproven: bool) -> tuple[
                 (s.banned.discard if timetabled[i] else s.banned.add)(i)
             return timetabled[i]
         best_cost, attempt = math.inf, 0
-        if best == -math.inf and not dive_unproven:
-            say("LP dive: skipped (the LP has not settled)")
-            return None, state
         while True:
             began = time.perf_counter()
             chosen = lp.dive(end, per=per, price=dive_price if price else None,
@@ -1033,13 +947,13 @@ def _search_neighbourhoods(model, columns, job_ids, master: IntegerResult, banne
     say(f"neighbourhood search: ${better.objective:,.2f}/h")
     improved = IntegerResult("FEASIBLE", better.columns, better.rejected, better.objective, None)
     # Every group has its timetable already (kept, or accepted above): laying it out takes no search.
-    if _verify(model, columns, improved.chosen, verified, set(), math.inf, threads, result, timetables) == []:
+    if _verify(model, columns, improved.chosen, verified, set(), math.inf, threads, timetables) == []:
         return improved
-    _verify(model, columns, master.chosen, verified, set(), math.inf, threads, result, timetables)
+    _verify(model, columns, master.chosen, verified, set(), math.inf, threads, timetables)
     return master
 
 
-def _verify(model, columns, chosen, verified, banned, deadline, threads, result, timetables) -> list[int] | None:
+def _verify(model, columns, chosen, verified, banned, deadline, threads, timetables) -> list[int] | None:
     """Lay out and timetable every chosen column; ban those without a timetable. Returns those that
     failed, or None when time ran out first. A column's timetable does not depend on which
     nodes of its clusters it gets, so ``timetables`` keeps it across master solves."""
@@ -1074,7 +988,6 @@ def _verify(model, columns, chosen, verified, banned, deadline, threads, result,
         else:
             banned.add(i)
             verified.pop(i, None)
-            result.timetable_failures += 1
             failed.append(i)
     return failed
 

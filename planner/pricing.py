@@ -8,24 +8,17 @@ and node prices ``price'_c`` (price minus the node-capacity dual)::
 Every group has a *leader*: its member of smallest cycle cap ``slo * solo`` (ties by index), which
 fixes the group's cap ``C``. For each training pool (a cluster and a width ``W`` in nodes, any
 member's option on at most ``W`` nodes) and leader, a depth-first search adds members of larger cap
-in order of decreasing value, keeping the pool's node-time (trains and warm switches, each option's
-nodes over ``W``; every node but those the widest member holds alone is shared), host memory per
-node on average and every member's own loop within ``C``. A branch is cut when no completion
-can have a negative reduced cost; the bound uses two facts: each member needs a rollout class at
-least as dear as its cheapest one, and a class of cap ``C`` runs at most ``C`` seconds of rollout per
-cycle, so rollout costs at least ``sum_j price'_c * nodes_j * rollout_j / C``; and a class holds at
-most one rollout longer than ``C / 2``, so each such member pays at least its own class; and a group's
-reduced cost is its pool's cost less what each member's rollout class yields per member, at most
-the best such yield of any class that may hold it (``_Search._shares``: alone, or beside one
-partner whose rollout fits with its own; on 300 RH jobs, where classes hold one or two jobs,
-this cut makes the complete pricing settle the LP within the time). Leaves that pass the
-bound are costed exactly: every layout of their trains on the pool, every choice of rollout options
-and partition into classes, laid out by ``class_layout`` (planner/rules.py), the candidate rules.
-Whole nodes cut most of that work (300 Hetero jobs: 98 % of the leaves yield no column): a choice of
-rollouts needs, on each cluster, as many nodes as its node-time over ``C`` (``_rollout_floor``), so
-a leaf, a choice or a partition whose floor cannot beat the threshold is passed over before anything
-is laid out, and layouts are searched only within ``C``.
-The search is therefore exact for the whole candidate space; when it runs out of time it proves
+in order of decreasing value, keeping the pool's node-time (trains and warm switches), host memory
+and every member's own loop within ``C``. A branch is cut when no completion can reach the
+threshold, by four lower bounds on the rollout side: each member needs a class at least as dear as
+its cheapest; a class runs at most ``C`` seconds of rollout per node, so rollouts cost at least
+``sum_j price'_c * nodes_j * rollout_j / C``; a class holds at most one rollout longer than ``C / 2``;
+and each member yields at most the best value-less-cost per member of any class that may hold it
+(``_Search._shares``). Leaves that pass are costed exactly: every layout of their trains on the
+pool, every choice of rollout options and partition into classes, laid out by ``class_layout``
+(planner/rules.py, the candidate rules). A choice or partition whose whole-node floor (on each
+cluster, its rollouts' node-time over ``C``) cannot beat the threshold is passed over before anything
+is laid out. The search is exact for the whole candidate space; when it runs out of time it proves
 nothing.
 """
 

@@ -14,9 +14,7 @@ a narrower member takes a run of its pool's or class's nodes. Under the group's 
 
 ``group_fits`` checks rules 1-2 on one group. Every module that forms groups decides by these
 functions: candidate enumeration and the one constructor (planner/optimal.py), exact and greedy
-pricing (pricing.py, colgen.py), the plan by halves (halves.py: a relaxation
-that keeps necessary parts of the rules), regrouping (regroup.py), shared pools (colocated.py),
-admission (admission.py), the baselines (baselines.py) and the rejection reasons (reasons.py).
+pricing (pricing.py, colgen.py), shared pools (colocated.py), admission (admission.py), the baselines (baselines.py) and the rejection reasons (reasons.py).
 Depth-first searches keep running sums for speed and compare them with ``fits_cap`` and
 ``fits_memory``, or with ``TIME_TOL`` in vectorised form. The tolerances are round-off only: plans
 are solved at millisecond resolution and written in whole milliseconds.

@@ -1,5 +1,5 @@
-"""The weave-testbed topology and a candidate builder over its jobs: shared by the tests of the
-plan's halves and of regrouping (tests/ is on sys.path under pytest).
+"""The weave-testbed topology and a candidate builder over its jobs: shared by the planner's tests
+(tests/ is on sys.path under pytest).
 
 Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (8 H20) 14.80 $/h.
 """
