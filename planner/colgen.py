@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from weave_rl.planner.columns import Column, Incumbent, objective_units
+from weave_rl.planner.columns import OBJECTIVE_SCALE, Column, Incumbent, objective_units
 from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate
 from weave_rl.planner.rules import TIME_TOL, fits_cap, fits_memory, load_s
 from weave_rl.topology.topology import Topology
@@ -367,7 +367,7 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return IntegerResult(name, [], [], None, None)
     return IntegerResult(name, [i for i, v in x.items() if sat.value(v)], [j for j, v in r.items() if sat.value(v)],
-                         sat.objective_value / 100, sat.best_objective_bound / 100)
+                         sat.objective_value / OBJECTIVE_SCALE, sat.best_objective_bound / OBJECTIVE_SCALE)
 
 
 def _rows(columns: list[Column], x: dict, r: dict) -> tuple[dict[int, list], dict[str, list]]:

@@ -14,7 +14,7 @@ from ortools.linear_solver import pywraplp
 
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import assert_valid
-from weave_rl.planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty
+from weave_rl.planner.colgen import LpMaster, max_groups, price_greedy, reject_penalty, solve_integer
 from weave_rl.planner.columns import template_column
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
@@ -317,6 +317,19 @@ def test_pulp_reaches_the_same_optimum_as_cpsat(seed):
     assert_valid(b, TESTBED, jobs)
     assert b.solver.name == "pulp"
     assert b.cost_usd_per_hour == pytest.approx(a.cost_usd_per_hour)
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "pulp"])
+def test_integer_master_reports_objective_and_bound_in_dollars_per_hour(solver):
+    # Jobs 0-3: {0,1} at $10 and {2,3} at $12, or each alone at $8 (two $8 columns beat a $12 pair
+    # only if they also beat it: 16 > 12). Best: $10 + $12 = $22/h, proven optimal.
+    node = (("rollout", 1),)
+    columns = [Column((0, 1), node, 10.0), Column((2, 3), node, 12.0)] + [Column((j,), node, 8.0) for j in range(4)]
+    result = solve_integer(columns, [0, 1, 2, 3], TESTBED, banned=set(), penalty=reject_penalty(TESTBED),
+                           time_limit_s=10, threads=1, solver=solver)
+    assert sorted(result.chosen) == [0, 1] and result.rejected == []
+    assert result.status == "OPTIMAL"
+    assert result.objective == pytest.approx(22.0) and result.bound == pytest.approx(22.0)
 
 
 def test_pulp_also_solves_the_column_generation_master():
