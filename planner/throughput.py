@@ -16,8 +16,8 @@ can hold it), so the set of placed jobs is fixed and the objective is the ratio
    throughput is highest at the shortest cycle, so each column gets the exact minimum-cycle
    timetable (planner/timetable.py, SLOs enforced); ``T_G = sum_{j in G} 3600 / cycle_G``.
 3. The ratio over a set partition is maximised by Dinkelbach's method: with ``lam`` the ratio of the
-   current plan, solve ``max sum_G (T_G - lam C_G) x_G`` (CP-SAT, every placeable job covered once,
-   node counts within the topology); a positive optimum gives a plan of larger ratio, which becomes
+   current plan, solve ``max sum_G (T_G - lam C_G) x_G`` (the set-partitioning master, every
+   placeable job covered once, node counts within the topology); a positive optimum gives a plan of larger ratio, which becomes
    ``lam``; zero proves ``lam`` optimal. It ends in a few rounds (superlinear convergence).
 """
 
@@ -25,20 +25,20 @@ from __future__ import annotations
 
 import math
 import time
-
-from ortools.sat.python import cp_model
+from dataclasses import replace
 
 from weave_rl.core.errors import InputError
+from weave_rl.planner.colgen import solve_integer
 from weave_rl.planner.columns import Column, FreeNodes, materialize, template_column
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import (CandidateBuilder, EnumerationBudget, _admissible, group_plan)
 from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, SolverInfo
-from weave_rl.planner.timetable import Member, Timetable, solve_timetable
+from weave_rl.planner.timetable import Timetable, solve_timetable
 
 ENUMERATION_BUDGET = 5_000  # candidate groups; past it the instance is refused (an InputError)
-SCALE = 1_000_000  # CP-SAT objective unit: 1e-6 (iterations per hour, and lam * $/h)
 MAX_ROUNDS = 50
 TIMETABLE_S = 10.0  # most one column's minimum-cycle timetable may take
+MASTER_S = 60.0  # most one Dinkelbach round's master may take
 
 
 def iterations_per_usd(plan: Plan) -> float:
@@ -74,10 +74,10 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
     say(f"{len(columns)} columns")
 
     # Each column at its shortest cycle, on fresh nodes (nodes of a cluster are alike).
-    valued: list[tuple[Column, list[Member], list[str], Timetable, float]] = []
+    valued: list[tuple[Column, Timetable, float]] = []
     unproven = 0
     for col in columns:
-        members, nodes = materialize(model, col, FreeNodes(topo))
+        members, _ = materialize(model, col, FreeNodes(topo))
         left = deadline - time.perf_counter()
         if left <= 0:
             raise InputError("<command line>", "--time-limit", f"the throughput objective ran out of its "
@@ -88,21 +88,16 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
             continue
         if tt.status != "OPTIMAL":
             unproven += 1
-        valued.append((col, members, nodes, tt, len(members) * 3600.0 / tt.cycle_s))
+        valued.append((col, tt, len(members) * 3600.0 / tt.cycle_s))
     say(f"{len(valued)} columns with a timetable")
 
-    placeable = _most_placed(valued, job_ids, topo, threads)
-    chosen = _dinkelbach(valued, job_ids, placeable, topo, threads, say)
-    # Decode: lay the chosen columns out on distinct nodes, moving each timetable with its nodes.
+    chosen = _dinkelbach(valued, job_ids, topo, threads, say)
+    # Decode: the chosen columns on distinct nodes (a timetable holds on any nodes of its clusters).
     free = FreeNodes(topo)
     groups = []
     for n, i in enumerate(chosen):
-        col, members, nodes, tt, _ = valued[i]
-        _, placed_nodes = materialize(model, col, free)
-        mapping = dict(zip(nodes, placed_nodes))
-        moved = [Member(m.job, tuple(_move(g, mapping) for g in m.rollout_gpus),
-                        tuple(_move(g, mapping) for g in m.train_gpus)) for m in members]
-        groups.append(group_plan(model, f"g{n}", moved, placed_nodes, tt))
+        col, tt, _ = valued[i]
+        groups.append(group_plan(model, f"g{n}", *materialize(model, col, free), tt))
     index = set(job_ids)
     placed = {j for i in chosen for j in valued[i][0].jobs}
     from weave_rl.planner.plan import Rejection
@@ -112,7 +107,7 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
         spec = model.jobs.jobs[j]
         rejected.append(Rejection(name=spec.name, reason=not_placed_reason(model, spec, groups, max_group_size)))
     cost = round(sum(valued[i][0].cost for i in chosen), 6)
-    per_hour = sum(valued[i][4] for i in chosen)
+    per_hour = sum(valued[i][2] for i in chosen)
     ratio = per_hour / cost if cost > 0 else 0.0
     status = "OPTIMAL" if builder.complete and not unproven else "FEASIBLE"
     note = (f"objective throughput: {ratio:.6f} job-iterations per $ ({per_hour:.3f} per hour at "
@@ -128,62 +123,22 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
                 groups=groups, rejected=rejected, elastic=DEFAULT_ELASTIC)
 
 
-def _move(gpu: str, mapping: dict[str, str]) -> str:
-    node, _, index = gpu.rpartition(":")
-    return f"{mapping[node]}:{index}"
-
-
-def _master(valued, job_ids, topo):
-    cp = cp_model.CpModel()
-    x = [cp.new_bool_var(f"x{i}") for i in range(len(valued))]
-    cover: dict[int, list] = {j: [] for j in job_ids}
-    usage: dict[str, list] = {}
-    for var, (col, *_rest) in zip(x, valued):
-        for j in col.jobs:
-            cover[j].append(var)
-        for cluster, count in col.nodes:
-            usage.setdefault(cluster, []).append(count * var)
-    for vars_ in cover.values():
-        if vars_:
-            cp.add_at_most_one(vars_)
-    for cluster, terms in usage.items():
-        cp.add(sum(terms) <= topo.clusters[cluster].nodes)
-    placed = sum(len(col.jobs) * var for var, (col, *_rest) in zip(x, valued))
-    return cp, x, placed
-
-
-def _solve(cp, threads) -> cp_model.CpSolver:
-    sat = cp_model.CpSolver()
-    sat.parameters.num_workers = max(1, threads)
-    sat.parameters.max_time_in_seconds = 60.0
-    status = sat.solve(cp)
-    if status != cp_model.OPTIMAL:
-        raise RuntimeError(f"throughput master not solved to optimality (CP-SAT {sat.status_name(status)})")
-    return sat
-
-
-def _most_placed(valued, job_ids, topo, threads) -> int:
-    """The most jobs any plan over the columns places (the cost objective places as many)."""
+def _dinkelbach(valued, job_ids, topo, threads, say) -> list[int]:
+    """Each round solves the set-partitioning master (planner/colgen.py) for ``min sum_G (lam C_G -
+    T_G) x_G``; its rejection penalty exceeds any column's weight, so every placeable job is placed."""
     if not valued:
-        return 0
-    cp, _x, placed = _master(valued, job_ids, topo)
-    cp.maximize(placed)
-    return int(round(_solve(cp, threads).objective_value))
-
-
-def _dinkelbach(valued, job_ids, placeable: int, topo, threads, say) -> list[int]:
-    if placeable == 0:
         return []
     lam = 0.0
     best: list[int] = []
     for _round in range(MAX_ROUNDS):
-        cp, x, placed = _master(valued, job_ids, topo)
-        cp.add(placed == placeable)
-        weight = [int(round((v[4] - lam * v[0].cost) * SCALE)) for v in valued]
-        cp.maximize(sum(w * var for w, var in zip(weight, x)))
-        sat = _solve(cp, threads)
-        chosen = [i for i, var in enumerate(x) if sat.value(var)]
-        value = sum(valued[i][4] for i in chosen)
+        weighted = [replace(col, cost=lam * col.cost - per_hour, extra=0.0) for col, _, per_hour in valued]
+        penalty = 1.0 + sum(abs(col.cost) for col in weighted)
+        master = solve_integer(weighted, job_ids, topo, banned=set(), penalty=penalty, time_limit_s=MASTER_S,
+                               threads=threads)
+        if master.status != "OPTIMAL":
+            raise RuntimeError(f"throughput master not solved to optimality (CP-SAT {master.status})")
+        chosen = master.chosen
+        value = sum(valued[i][2] for i in chosen)
         cost = sum(valued[i][0].cost for i in chosen)
         ratio = value / cost if cost > 0 else math.inf
         say(f"Dinkelbach: lam {lam:.6f} -> {ratio:.6f} iterations per $")
