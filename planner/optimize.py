@@ -89,6 +89,7 @@ SMALL_MASTER = 3_000
 # columns) 10 s of it reached 1.2 % above the LP, where the restricted master and the search stayed at 5 %.
 WHOLE_MASTER = 8_000
 DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
+STALE_DIVES = 10  # dives stop after this many in a row found only plans found before
 # The dives' plans merged: CP-SAT over the union of their columns and the LP's support picks the
 # best combination (100 RH jobs s3: 7 dives of $1,920.88 at best merged into $1,878.64, in 0.06 s).
 MERGE_S = 1.0
@@ -160,6 +161,7 @@ class _Solve:
     solver: str = "auto"
     exclusive: list[list[int]] = field(default_factory=list)  # pinned columns holding the same node
     banned: set[int] = field(default_factory=set)  # columns the master may not choose
+    unsure: set[int] = field(default_factory=set)  # columns banned without a proof that they have no timetable
     priced_out: set[int] = field(default_factory=set)  # columns it skips at first (see _price_out)
     whole: bool = True  # the master sees every column that may improve its hint (else restricted, then the search)
     support: dict[int, list[int]] = field(default_factory=dict)  # job -> the LP's columns: the search's neighbourhoods
@@ -350,6 +352,7 @@ def _solve_master(s: _Solve) -> None:
         if failed is None:  # out of time before every group had a timetable (repaired later)
             return
         if failed:
+            s.unsure.update(i for i in failed if s.timetables[i].status != "INFEASIBLE")
             _mend(s, master, failed)
             continue
         bound = s.lp_bound()
@@ -505,8 +508,10 @@ def _final_plan(s: _Solve) -> Plan:
     else:
         rejected = s.refused + [Rejection(name=jobs[j].name, reason=not_placed_reason(s.model, jobs[j], groups,
                                                                                       s.max_group_size)) for j in lost]
-    # A restricted master's own bound holds for its columns only.
-    master_bound = s.master.bound if s.master is not None and not s.priced_out and s.pools_complete else None
+    # A restricted master's own bound holds for its columns only; so does one that could not use a
+    # group whose timetable was not decided in time.
+    master_bound = s.master.bound if s.master is not None and not s.priced_out and s.pools_complete \
+        and not s.banned & s.unsure else None
     lb, note = _bound(s.model, s.builder, s.result, s.master is not None, master_bound, s.lp_bound(), s.job_ids, lost,
                       s.penalty, cost, s.charge)
     if not s.pools_complete:
@@ -750,7 +755,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
         unverified.sort(key=lambda c: c.objective - sum(pi[j] for j in c.jobs) - sum(mu.get(k, 0.0) * n
                                                                                      for k, n in c.nodes))
     decided_by = time.perf_counter() + decide_s
-    decided: dict[int, bool] = {}  # column -> whether it has a timetable
+    decided: dict[int, bool | None] = {}  # column -> whether it has a timetable (None: undecided in time)
     for column in unverified:
         if time.perf_counter() >= decided_by:
             break
@@ -761,6 +766,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
     late = [index[id(column)] for column in unverified if index[id(column)] not in decided]
     lp.close(closed)
     s.banned.update(closed + late)
+    s.unsure.update(late + [i for i in closed if decided[i] is None])
     if unverified:
         say(f"groups of mixed training GPU counts, or in the LP's support without a round robin: "
             f"{len(decided) - len(closed)} have a timetable, {len(closed)} none (closed to dives and master), "
@@ -794,8 +800,10 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
                 timetabled[i] = column.candidate is None or _has_round_robin(model, column) or \
                     _has_timetable(model, column, end)
                 (s.banned.discard if timetabled[i] else s.banned.add)(i)
+                if timetabled[i] is None:
+                    s.unsure.add(i)
             return timetabled[i]
-        best_cost, attempt = math.inf, 0
+        best_cost, attempt, stale = math.inf, 0, 0
         while True:
             began = time.perf_counter()
             chosen = lp.dive(end, per=per, price=dive_price if price else None,
@@ -804,14 +812,18 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
                 break
             covered = {j for i in chosen for j in columns[i].jobs}
             cost = _objective(columns, Incumbent(chosen, [j for j in job_ids if j not in covered]), penalty)
-            state.dives.append(chosen)
+            stale = stale + 1 if any(set(chosen) == set(d) for d in state.dives) else 0
+            if not stale:
+                state.dives.append(chosen)
             if cost < best_cost - 1e-6:
                 state.dive, best_cost = chosen, cost
             if attempt == 0 and len(lp.columns) > WHOLE_MASTER:
                 end = min(end, time.perf_counter() + dive_s / 3)
             attempt += 1
             lp.unfix()
-            if end - time.perf_counter() < 1.5 * (time.perf_counter() - began):
+            # No dive beats the LP, and dives that only repeat earlier plans have run dry.
+            if best_cost <= state.value + 1e-6 or stale >= STALE_DIVES \
+                    or end - time.perf_counter() < 1.5 * (time.perf_counter() - began):
                 break
         if state.dive is None:  # out of time: round the dive's last LP (its fixings first) instead
             state.x = lp.last_x[:len(columns)]
@@ -824,12 +836,14 @@ def _has_round_robin(model: PlanningModel, column: Column) -> bool:
     return column_timetable(model, column, time_limit_s=0.0).ok
 
 
-def _has_timetable(model: PlanningModel, column: Column, deadline: float) -> bool:
-    """Whether a timetable is found (planner/cyclic.py: milliseconds for small groups) by ``deadline``."""
+def _has_timetable(model: PlanningModel, column: Column, deadline: float) -> bool | None:
+    """Whether a timetable is found (planner/cyclic.py: milliseconds for small groups) by ``deadline``;
+    None when that is not decided in time."""
     if time.perf_counter() >= deadline:
-        return False
+        return None
     members, _ = materialize(model, column, FreeNodes(model.topology))
-    return exact_timetable(model, members, time_limit_s=EXACT_CHECK_S, threads=1, least=False).ok
+    tt = exact_timetable(model, members, time_limit_s=EXACT_CHECK_S, threads=1, least=False)
+    return tt.ok or (None if tt.status != "INFEASIBLE" else False)
 
 
 @dataclass

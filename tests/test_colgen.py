@@ -501,6 +501,39 @@ def test_after_a_failed_timetable_the_next_master_starts_from_the_mended_plan(mo
     assert not plan.rejected
 
 
+def test_a_group_banned_undecided_leaves_the_bound_to_the_lp(monkeypatch):
+    # 16 Mixed jobs, complete enumeration: the optimum is $344.40/h. The first master's shared groups
+    # come back undecided (as if CP-SAT ran out of time on them) and are banned; the next master's
+    # plan is dearer, and its own bound holds only without them: the bound reported is the LP's,
+    # never above $344.40, and the plan is not called optimal.
+    import weave_rl.planner.optimize as optimize
+    from weave_rl.planner.timetable import Timetable
+
+    jobs = generate("Mixed", 16, 3)
+    optimum = make_plan(TESTBED, jobs, time_limit_s=20)
+    assert optimum.solver.status == "OPTIMAL" and optimum.cost_usd_per_hour == pytest.approx(344.40)
+    real, calls = optimize._verify, []
+
+    def undecided_once(model, columns, chosen, verified, banned, deadline, threads, timetables):
+        failed = real(model, columns, chosen, verified, banned, deadline, threads, timetables)
+        if calls or failed is None:
+            return failed
+        calls.append(chosen)
+        shared = [i for i in chosen if len(columns[i].jobs) > 1]
+        for i in shared:
+            timetables[i] = Timetable("UNKNOWN")
+            banned.add(i)
+            verified.pop(i, None)
+        return failed + shared
+
+    monkeypatch.setattr(optimize, "_verify", undecided_once)
+    plan = make_plan(TESTBED, jobs, time_limit_s=20)
+    assert_valid(plan, TESTBED, jobs)
+    assert plan.cost_usd_per_hour > 344.40 + 1
+    assert plan.lower_bound_usd_per_hour <= 344.40 + 1e-6
+    assert plan.solver.status == "FEASIBLE"
+
+
 def test_capacity_shortage_rejects_jobs_instead_of_failing():
     jobs = generate("Mixed", 100, 1)  # weave places 75 of them on weave-testbed, the rest find no nodes
     plan = make_plan(TESTBED, jobs, time_limit_s=20)
