@@ -26,6 +26,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
@@ -333,22 +334,26 @@ class IntegerResult:
     bound: float | None  # valid for the columns given; None when the solver does not report one
 
 
-def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int], penalty: float,
-                  time_limit_s: float, threads: int, solver: str = "cpsat", hint: Incumbent | None = None,
-                  exclusive: list[list[int]] = ()) -> IntegerResult:
-    """``exclusive``: sets of columns of which at most one may be chosen (pinned groups that share a
+def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, allowed: Iterable[int],
+                  penalty: float, time_limit_s: float, threads: int, solver: str = "cpsat",
+                  hint: Incumbent | None = None, exclusive: list[list[int]] = (),
+                  used: Mapping[str, int] | None = None) -> IntegerResult:
+    """Each of ``job_ids`` in one of the ``allowed`` columns or rejected at ``penalty``, within the
+    topology's nodes less those ``used`` (per cluster) by a rest of the plan held fixed.
+    ``exclusive``: sets of columns of which at most one may be chosen (pinned groups that share a
     physical node)."""
+    capacity = {c: spec.nodes - (used or {}).get(c, 0) for c, spec in topo.clusters.items()}
     if solver == "pulp":
-        return _solve_integer_pulp(columns, job_ids, topo, banned=banned, penalty=penalty,
+        return _solve_integer_pulp(columns, job_ids, capacity, allowed=allowed, penalty=penalty,
                                    time_limit_s=time_limit_s, threads=threads, exclusive=exclusive, hint=hint)
     cp = cp_model.CpModel()
-    x = {i: cp.new_bool_var(f"c{i}") for i in range(len(columns)) if i not in banned}
+    x = {i: cp.new_bool_var(f"c{i}") for i in allowed}
     r = {j: cp.new_bool_var(f"r{j}") for j in job_ids}
     covers, usage = _rows(columns, x, r)
     for vars_ in covers.values():
         cp.add_exactly_one(vars_)
     for cluster, terms in usage.items():
-        cp.add(sum(terms) <= topo.clusters[cluster].nodes)
+        cp.add(sum(terms) <= capacity[cluster])
     for group in exclusive:
         cp.add_at_most_one([x[i] for i in group if i in x])
     units = {i: objective_units(columns[i].objective) for i in x}
@@ -360,7 +365,7 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
         for j, var in r.items():
             cp.add_hint(var, int(j in hint.rejected))
     sat = cp_model.CpSolver()
-    sat.parameters.max_time_in_seconds = max(0.1, time_limit_s)
+    sat.parameters.max_time_in_seconds = max(0.01, time_limit_s)
     sat.parameters.num_workers = max(1, threads)
     status = sat.solve(cp)
     name = sat.status_name(status)
@@ -383,8 +388,8 @@ def _rows(columns: list[Column], x: dict, r: dict) -> tuple[dict[int, list], dic
     return covers, usage
 
 
-def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topology, *, banned: set[int],
-                        penalty: float, time_limit_s: float, threads: int,
+def _solve_integer_pulp(columns: list[Column], job_ids: list[int], capacity: Mapping[str, int], *,
+                        allowed: Iterable[int], penalty: float, time_limit_s: float, threads: int,
                         exclusive: list[list[int]] = (), hint: Incumbent | None = None) -> IntegerResult:
     import pulp
 
@@ -395,14 +400,14 @@ def _solve_integer_pulp(columns: list[Column], job_ids: list[int], topo: Topolog
             return prob.add_variable(name, 0, 1, cat="Binary")
         return pulp.LpVariable(name, cat="Binary")
 
-    x = {i: binary(f"c{i}") for i in range(len(columns)) if i not in banned}
+    x = {i: binary(f"c{i}") for i in allowed}
     r = {j: binary(f"r{j}") for j in job_ids}
     prob += pulp.lpSum(columns[i].objective * v for i, v in x.items()) + penalty * pulp.lpSum(r.values())
     covers, usage = _rows(columns, x, r)
     for j, vars_ in covers.items():
         prob += pulp.lpSum(vars_) == 1, f"cover{j}"
     for cluster, terms in usage.items():
-        prob += pulp.lpSum(terms) <= topo.clusters[cluster].nodes, f"nodes_{cluster}"
+        prob += pulp.lpSum(terms) <= capacity[cluster], f"nodes_{cluster}"
     for k, group in enumerate(exclusive):
         prob += pulp.lpSum(x[i] for i in group if i in x) <= 1, f"exclusive{k}"
     if hint is not None:  # CBC starts from the best known plan

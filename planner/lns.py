@@ -27,9 +27,8 @@ import random
 import time
 from typing import Any, Callable, Mapping
 
-from ortools.sat.python import cp_model
-
-from weave_rl.planner.columns import Column, Incumbent, objective_units
+from weave_rl.planner.colgen import solve_integer
+from weave_rl.planner.columns import Column, Incumbent
 from weave_rl.topology.topology import Topology
 
 
@@ -173,28 +172,10 @@ def _solve(columns, area, fixed, inside, rejected, by_job, banned, topo, penalty
     taken_sets = {k for i in fixed for k in exclusive_of.get(i, ())}
     candidates = sorted({i for j in area for i in by_job[j] if i not in banned and set(columns[i].jobs) <= area
                          and not taken_sets.intersection(exclusive_of.get(i, ()))})
-    model = cp_model.CpModel()
-    x = {i: model.new_bool_var(f"c{i}") for i in candidates}
-    r = {j: model.new_bool_var(f"r{j}") for j in area}
-    for j in area:
-        model.add_exactly_one([r[j]] + [x[i] for i in by_job[j] if i in x])
-    for cluster, spec in topo.clusters.items():
-        terms = [n * x[i] for i in candidates for c, n in columns[i].nodes if c == cluster]
-        if terms:
-            model.add(sum(terms) <= spec.nodes - used[cluster])
-    for group in exclusive:
-        inner = [x[i] for i in group if i in x]
-        if len(inner) > 1:
-            model.add_at_most_one(inner)
-    model.minimize(sum(objective_units(columns[i].objective) * var for i, var in x.items())
-                   + objective_units(penalty) * sum(r.values()))
-    for i, var in x.items():
-        model.add_hint(var, int(i in inside))
-    for j, var in r.items():
-        model.add_hint(var, int(j in rejected))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = limit_s
-    solver.parameters.num_workers = 1  # small models: one worker is quicker than a portfolio
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    # One worker: on models this small it is quicker than a portfolio.
+    answer = solve_integer(columns, sorted(area), topo, allowed=candidates, penalty=penalty, time_limit_s=limit_s,
+                           threads=1, hint=Incumbent(sorted(inside), sorted(rejected)), exclusive=exclusive,
+                           used=used)
+    if answer.objective is None:
         return None
-    return [i for i, var in x.items() if solver.value(var)], {j for j, var in r.items() if solver.value(var)}
+    return answer.chosen, set(answer.rejected)

@@ -336,7 +336,8 @@ def _solve_master(s: _Solve) -> None:
         if left <= 0.05:
             return
         share = 0.0 if s.whole else LNS  # a large master shares its time with the neighbourhood search
-        master = solve_integer(s.columns, s.job_ids, s.topo, banned=s.banned, penalty=s.penalty,
+        allowed = [i for i in range(len(s.columns)) if i not in s.banned]
+        master = solve_integer(s.columns, s.job_ids, s.topo, allowed=allowed, penalty=s.penalty,
                                time_limit_s=max(min(1.0, left / 3), (1 - share) * (master_end - time.perf_counter())),
                                threads=s.threads, solver=s.solver, hint=s.hint, exclusive=s.exclusive)
         s.result.master_solves += 1
@@ -914,7 +915,7 @@ def _merge_dives(columns: list[Column], state: "LpState", job_ids: list[int], to
     for dive in state.dives:
         covered = {j for i in dive for j in columns[i].jobs}
         plans.append(Incumbent(dive, [j for j in job_ids if j not in covered]))
-    merged = solve_integer(columns, job_ids, topo, banned=set(range(len(columns))) - pool, penalty=penalty,
+    merged = solve_integer(columns, job_ids, topo, allowed=sorted(pool), penalty=penalty,
                            time_limit_s=MERGE_S, threads=threads, solver="cpsat", exclusive=exclusive,
                            hint=min(plans, key=lambda plan: _objective(columns, plan, penalty)))
     if merged.objective is None:

@@ -133,8 +133,8 @@ def _dinkelbach(valued, job_ids, topo, threads, say) -> list[int]:
     for _round in range(MAX_ROUNDS):
         weighted = [replace(col, cost=lam * col.cost - per_hour, extra=0.0) for col, _, per_hour in valued]
         penalty = 1.0 + sum(abs(col.cost) for col in weighted)
-        master = solve_integer(weighted, job_ids, topo, banned=set(), penalty=penalty, time_limit_s=MASTER_S,
-                               threads=threads)
+        master = solve_integer(weighted, job_ids, topo, allowed=range(len(weighted)), penalty=penalty,
+                               time_limit_s=MASTER_S, threads=threads)
         if master.status != "OPTIMAL":
             raise RuntimeError(f"throughput master not solved to optimality (CP-SAT {master.status})")
         chosen = master.chosen

@@ -325,7 +325,7 @@ def test_integer_master_reports_objective_and_bound_in_dollars_per_hour(solver):
     # only if they also beat it: 16 > 12). Best: $10 + $12 = $22/h, proven optimal.
     node = (("rollout", 1),)
     columns = [Column((0, 1), node, 10.0), Column((2, 3), node, 12.0)] + [Column((j,), node, 8.0) for j in range(4)]
-    result = solve_integer(columns, [0, 1, 2, 3], TESTBED, banned=set(), penalty=reject_penalty(TESTBED),
+    result = solve_integer(columns, [0, 1, 2, 3], TESTBED, allowed=range(6), penalty=reject_penalty(TESTBED),
                            time_limit_s=10, threads=1, solver=solver)
     assert sorted(result.chosen) == [0, 1] and result.rejected == []
     assert result.status == "OPTIMAL"
