@@ -1,8 +1,8 @@
 """Admission on a live plan: admit an arriving job, release a finished one, without a new solve.
 
-``AdmissionPlanner`` keeps the live state of a plan (groups with their members' GPUs and timetables,
-free nodes, host memory per node) so that one admission costs a handful of checks per group, not a
-new solve:
+``AdmissionPlanner`` keeps a plan live (planner/live.py: groups with their members' GPUs and
+timetables, free nodes, host memory per node) so that one admission costs a handful of checks per
+group, not a new solve:
 
 - ``admit(job)`` never moves a placed job. It tries, cheapest first: joining a group on rollout
   nodes it already holds or time-sharing a pool's GPUs (no added cost), joining a group on fresh
@@ -27,19 +27,18 @@ online -> optimize -> admission.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from weave_rl.planner.colocated import colocated_options
 from weave_rl.planner.drawn import meets_slos_as_drawn
+from weave_rl.planner.live import LiveGroup, LivePlan
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.rules import fits_memory, group_cap, meets_slo, member_cap
 from weave_rl.planner.optimal import PhaseOption, phase_options
-from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
-from weave_rl.planner.roundrobin import Member, PhaseTime, group_plan, round_robin_timetable
+from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, Rejection, SolverInfo
+from weave_rl.planner.roundrobin import Member, PhaseTime, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology, node_of
-from weave_rl.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -52,32 +51,18 @@ class Admission:
 
 
 @dataclass
-class _Group:
-    name: str
-    members: list[Member]
-    nodes: list[str]
-    cycle_s: float
-    phases: dict[str, dict[str, PhaseTime]]
-    plan: GroupPlan | None = None
-    # Screening figures, refreshed on every change: training busy time, smallest cap, and per
-    # rollout node the rollout time (warm switches included) that runs there each cycle.
-    train_busy: float = 0.0
-    cap: float = math.inf
-    rollout_busy: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def train_gpus(self) -> tuple[str, ...]:
-        return self.members[0].train_gpus
-
-    @property
-    def rollout_nodes(self) -> list[str]:
-        return list(dict.fromkeys(node_of(g) for m in self.members for g in m.rollout_gpus))
+class _Screen:
+    """A group's screening figures, refreshed on every change: training busy time, smallest cap, and
+    per rollout node the rollout time (warm switches included) that runs there each cycle."""
+    train_busy: float
+    cap: float
+    rollout_busy: dict[str, float]
 
 
 @dataclass
 class _Placement:
     added: float  # $/h
-    group: _Group | None  # None: a new group
+    group: LiveGroup | None  # None: a new group
     member: Member
     fresh: list[str]  # nodes taken from the free pool
     cycle_s: float
@@ -98,7 +83,6 @@ class AdmissionPlanner:
         self.link_budget = link_budget
         self._links = {tuple(sorted(link.between)): link.gbps for link in topology.spec.links}
         self.quantile = plan.quantile if plan is not None else quantile
-        self.rejected: list[Rejection] = []
         self._full_link: tuple[str, str] | None = None
         self.reset(jobs, plan, source)
 
@@ -106,72 +90,32 @@ class AdmissionPlanner:
         """Forget the live state; hold ``plan`` (None: nothing placed) for ``jobs``."""
         self.jobs: dict[str, JobSpec] = {j.name: j for j in jobs.jobs}
         self.model = PlanningModel(self.topology, jobs, self.quantile)
-        self.free = {c: [n.id for n in self.topology.nodes_in(cluster=c)] for c in self.topology.clusters}
-        self.mem: dict[str, float] = {}
-        self.groups: dict[str, _Group] = {}
+        self.live = LivePlan(self.model)
         self.link_load: dict[tuple[str, str], float] = {}
-        self._next = 0
+        self._screens: dict[str, _Screen] = {}
         self._busy: dict[tuple, float] = {}
         self._options: dict[tuple, list[PhaseOption]] = {}
-        self._where: dict[str, str] = {}  # job -> group name
         if plan is not None:
-            self._load(plan, source)
+            self.live.load(plan, self.jobs, source)
+            for group in self.groups.values():
+                self._summarize(group)
+                self._add_load(self._group_load(group.members, group.cycle_s), +1)
 
-    # ----- state <-> Plan ---------------------------------------------------------------------
-    def _load(self, plan: Plan, source: str) -> None:
-        taken = set()
-        for g in plan.groups:
-            members = []
-            phases = {}
-            for jp in g.jobs:
-                if jp.name not in self.jobs:
-                    raise InputError(source, f"groups.{g.name}.jobs.{jp.name}", "job is not in the jobs file")
-                slots = {s.phase: s for s in jp.phases}
-                members.append(Member(self.jobs[jp.name], tuple(slots["rollout"].gpus), tuple(slots["train"].gpus)))
-                phases[jp.name] = {k: PhaseTime(s.start_s, s.duration_s) for k, s in slots.items()}
-            group = _Group(g.name, members, list(g.nodes), g.cycle_s, phases, plan=g)
-            self.groups[g.name] = group
-            self._summarize(group)
-            self._add_load(self._group_load(group.members, group.cycle_s), +1)
-            taken.update(g.nodes)
-            for m in members:
-                self._pin(m, +1)
-                self._where[m.job.name] = g.name
-        for c in self.free:
-            self.free[c] = [n for n in self.free[c] if n not in taken]
-        self.rejected = list(plan.rejected)
-        self._next = 1 + max((int(n[1:]) for n in self.groups if n[1:].isdigit()), default=-1)
+    @property
+    def groups(self) -> dict[str, LiveGroup]:
+        return self.live.groups
 
     @property
     def plan(self) -> Plan:
-        groups = [self._group_plan(g) for g in self.groups.values()]
+        groups = self.live.group_plans()
         cost = round(sum(g.usd_per_hour or 0.0 for g in groups), 6)
         return Plan.model_construct(version=1, policy="online", objective="cost", quantile=self.quantile,
                                     topology=self.topology.name, cost_usd_per_hour=cost,
                                     lower_bound_usd_per_hour=None,
                                     solver=SolverInfo(name="online", status="FEASIBLE"),
-                                    groups=groups, rejected=list(self.rejected), elastic=dict(DEFAULT_ELASTIC))
+                                    groups=groups, rejected=list(self.live.rejected), elastic=dict(DEFAULT_ELASTIC))
 
-    def _group_plan(self, group: _Group) -> GroupPlan:
-        if group.plan is None:
-            group.plan = group_plan(self.topology, group.name, group.members, group.phases, group.cycle_s,
-                                    group.nodes, self.model.solo_of)
-        return group.plan
-
-    # ----- bookkeeping -------------------------------------------------------------------------
-    def _pin(self, m: Member, sign: int) -> None:
-        """Host memory of the member's phases on every node they use (the residency constraint)."""
-        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
-            for node in {node_of(g) for g in gpus}:
-                self.mem[node] = self.mem.get(node, 0.0) + sign * m.job.phase(kind).host_mem_gb
-
-    def _mem_fits(self, m: Member) -> bool:
-        need: dict[str, float] = {}
-        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
-            for node in {node_of(g) for g in gpus}:
-                need[node] = need.get(node, 0.0) + m.job.phase(kind).host_mem_gb
-        return all(fits_memory(self.mem.get(n, 0.0) + gb, self.topology.node(n).host_mem_gb) for n, gb in need.items())
-
+    # ----- screening figures -------------------------------------------------------------------
     def _cap(self, job: JobSpec) -> float:
         return member_cap(self.model, job)
 
@@ -185,33 +129,33 @@ class AdmissionPlanner:
                                + ceil_ms(self.model.max_switch_s(job, kind, list(gpus))))
         return self._busy[key]
 
-    def _summarize(self, group: _Group) -> None:
-        group.train_busy = sum(self._busy_s(m.job, "train", m.train_gpus) for m in group.members)
-        group.cap = group_cap(self._cap(m.job) for m in group.members)
-        group.rollout_busy = {}
+    def _summarize(self, group: LiveGroup) -> None:
+        rollout_busy: dict[str, float] = {}
         for m in group.members:
             busy = self._busy_s(m.job, "rollout", m.rollout_gpus)
             for node in {node_of(g) for g in m.rollout_gpus}:
-                group.rollout_busy[node] = group.rollout_busy.get(node, 0.0) + busy
+                rollout_busy[node] = rollout_busy.get(node, 0.0) + busy
+        self._screens[group.name] = _Screen(sum(self._busy_s(m.job, "train", m.train_gpus) for m in group.members),
+                                            group_cap(self._cap(m.job) for m in group.members), rollout_busy)
 
     # ----- admit -------------------------------------------------------------------------------
     def admit(self, job: JobSpec) -> Admission:
         """Place ``job`` without moving any placed job, at the least added $/h; reject it (with the
         reason, in ``plan.rejected``) when nothing fits."""
-        if job.name in self.jobs and self._group_of(job.name) is not None:
+        if job.name in self.jobs and self.live.group_of(job.name) is not None:
             raise ValueError(f"job {job.name} is already placed")
         if self.jobs.get(job.name, job) is not job:  # same name, new profile: forget cached figures
             self._busy = {k: v for k, v in self._busy.items() if k[0] != job.name}
             self._options = {k: v for k, v in self._options.items() if k[0] != job.name}
             self.model._solo_cache.pop(job.name, None)
         self.jobs[job.name] = job
-        self.rejected = [r for r in self.rejected if r.name != job.name]
+        self.live.rejected = [r for r in self.live.rejected if r.name != job.name]
         reason = self._inadmissible(job)
         best = None
         if reason is None:
             best, reason = self._best_placement(job)
         if best is None:
-            self.rejected.append(Rejection(name=job.name, reason=reason or "no placement found"))
+            self.live.rejected.append(Rejection(name=job.name, reason=reason or "no placement found"))
             return Admission(False, None, reason, self.plan)
         group = self._apply(best)
         return Admission(True, group.name, None, self.plan, round(best.added, 6))
@@ -255,24 +199,25 @@ class AdmissionPlanner:
             return None, reason
         return min(options, key=lambda p: (p.added, p.cycle_s)), None
 
-    def _screen(self, job: JobSpec, group: _Group, cap: float) -> float | None:
+    def _screen(self, job: JobSpec, group: LiveGroup, cap: float) -> float | None:
         """Necessary conditions to join ``group``; the training pool's slack when they hold."""
         if len(group.members) >= self.max_group_size:
             return None
         gpus = group.train_gpus
         if len(gpus) not in job.train.gpu_options or self.topology.gpu_type_of(gpus[0]) not in job.train.gpu_types:
             return None
-        limit = min(group.cap, cap)
-        busy = group.train_busy + self._busy_s(job, "train", gpus)
+        screen = self._screens[group.name]
+        limit = min(screen.cap, cap)
+        busy = screen.train_busy + self._busy_s(job, "train", gpus)
         if not meets_slo(busy, limit):
             return None
         train_nodes = {node_of(g) for g in gpus}
-        if any(not fits_memory(self.mem.get(n, 0.0) + job.train.host_mem_gb, self.topology.node(n).host_mem_gb)
+        if any(not fits_memory(self.live.memory.gb(n) + job.train.host_mem_gb, self.topology.node(n).host_mem_gb)
                for n in train_nodes):
             return None
         return limit - busy
 
-    def _join(self, job: JobSpec, group: _Group, fresh: bool = True):
+    def _join(self, job: JobSpec, group: LiveGroup, fresh: bool = True):
         """Feasible placements in ``group``: time-sharing its GPUs when every member's rollout and
         train are on them (a pool), then on its rollout nodes, then (if ``fresh``) on fresh ones."""
         topo = self.topology
@@ -286,11 +231,12 @@ class AdmissionPlanner:
                 return
         for option in self._rollout_options(job):
             runs = self._runs(group.rollout_nodes, option)
-            limit = min(group.cap, self._cap(job))
+            screen = self._screens[group.name]
+            limit = min(screen.cap, self._cap(job))
             for run in runs:
                 gpus = tuple(g for n in run for g in topo.node(n).gpu_ids)[:option.gpus]
                 busy = self._busy_s(job, "rollout", gpus)
-                if any(not meets_slo(group.rollout_busy.get(n, 0.0) + busy, limit) for n in run):
+                if any(not meets_slo(screen.rollout_busy.get(n, 0.0) + busy, limit) for n in run):
                     continue  # that node cannot run one more rollout per cycle
                 p = self._try(job, group, Member(job, gpus, group.train_gpus), [], 0.0)
                 if p is not None:
@@ -299,7 +245,7 @@ class AdmissionPlanner:
         if not fresh:
             return
         for option in self._rollout_options(job):
-            nodes = self._peek(option.cluster, option.nodes)
+            nodes = self.live.alloc.peek(option.cluster, option.nodes)
             if nodes is None:
                 continue
             gpus = tuple(g for n in nodes for g in topo.node(n).gpu_ids)[:option.gpus]
@@ -325,7 +271,7 @@ class AdmissionPlanner:
         if t.cluster != o.cluster or t.nodes != 1 or o.nodes != 1 \
                 or t.gpus + o.gpus > topo.clusters[t.cluster].gpus_per_node:
             return None
-        node = self._peek(t.cluster, 1)
+        node = self.live.alloc.peek(t.cluster, 1)
         if node is None:
             return None
         gpus = topo.node(node[0]).gpu_ids
@@ -340,10 +286,6 @@ class AdmissionPlanner:
         topo = self.topology
         same = [n for n in nodes if topo.node(n).cluster == option.cluster]
         return [same[i:i + option.nodes] for i in range(len(same) - option.nodes + 1)]
-
-    def _peek(self, cluster: str, count: int) -> list[str] | None:
-        free = self.free[cluster]
-        return free[:count] if len(free) >= count else None
 
     # ----- inter-cluster links ----------------------------------------------------------------------
     def _group_load(self, members: list[Member], cycle_s: float) -> dict[tuple[str, str], float]:
@@ -370,9 +312,9 @@ class AdmissionPlanner:
                 return pair
         return None
 
-    def _try(self, job: JobSpec, group: _Group | None, member: Member, fresh: list[str],
+    def _try(self, job: JobSpec, group: LiveGroup | None, member: Member, fresh: list[str],
              added: float) -> _Placement | None:
-        if not self._mem_fits(member):
+        if self.live.memory.overflow(member) is not None:
             return None
         if group is not None:
             self._trials -= 1
@@ -398,10 +340,11 @@ class AdmissionPlanner:
                 if shared is not None and (isinstance(best, str) or shared.added < best.added):
                     best = shared
                 if t.cluster == o.cluster:
-                    nodes = self._peek(t.cluster, t.nodes + o.nodes)
+                    nodes = self.live.alloc.peek(t.cluster, t.nodes + o.nodes)
                     train_nodes, roll_nodes = (nodes[:t.nodes], nodes[t.nodes:]) if nodes else (None, None)
                 else:
-                    train_nodes, roll_nodes = self._peek(t.cluster, t.nodes), self._peek(o.cluster, o.nodes)
+                    train_nodes, roll_nodes = (self.live.alloc.peek(t.cluster, t.nodes),
+                                               self.live.alloc.peek(o.cluster, o.nodes))
                 if train_nodes is None or roll_nodes is None:
                     continue
                 member = Member(job, tuple(g for n in roll_nodes for g in topo.node(n).gpu_ids)[:o.gpus],
@@ -421,63 +364,30 @@ class AdmissionPlanner:
                     best = p
         return best
 
-    def _apply(self, p: _Placement) -> _Group:
-        if p.group is not None:
-            self._add_load(self._group_load(p.group.members, p.group.cycle_s), -1)
-        for n in p.fresh:
-            self.free[self.topology.node(n).cluster].remove(n)
-        self._pin(p.member, +1)
+    def _apply(self, p: _Placement) -> LiveGroup:
         if p.group is None:
-            name = f"g{self._next}"
-            self._next += 1
-            group = _Group(name, [p.member], list(p.fresh), p.cycle_s, p.phases)
-            self.groups[name] = group
+            group = self.live.open(p.member, p.fresh, p.cycle_s, p.phases)
         else:
             group = p.group
-            group.members.append(p.member)
-            group.nodes += p.fresh
-            group.cycle_s, group.phases, group.plan = p.cycle_s, p.phases, None
+            self._add_load(self._group_load(group.members, group.cycle_s), -1)
+            self.live.join(group, p.member, p.fresh, p.cycle_s, p.phases)
         self._summarize(group)
         self._add_load(self._group_load(group.members, group.cycle_s), +1)
-        self._where[p.member.job.name] = group.name
         return group
 
     # ----- release -----------------------------------------------------------------------------
-    def _group_of(self, name: str) -> _Group | None:
-        return self.groups.get(self._where.get(name, ""))
-
     def release(self, name: str) -> Plan:
         """Free a finished (or cancelled) job; its group shrinks, or disappears with its last job."""
-        group = self._group_of(name)
+        group = self.live.group_of(name)
         if group is None:
-            if any(r.name == name for r in self.rejected):
-                self.rejected = [r for r in self.rejected if r.name != name]
+            if any(r.name == name for r in self.live.rejected):
+                self.live.rejected = [r for r in self.live.rejected if r.name != name]
                 return self.plan
             raise KeyError(f"job {name} is not in the plan")
-        member = next(m for m in group.members if m.job.name == name)
         self._add_load(self._group_load(group.members, group.cycle_s), -1)
-        self._pin(member, -1)
-        group.members.remove(member)
-        del self._where[name]
-        if not group.members:
-            self._free(group.nodes)
-            del self.groups[group.name]
-            return self.plan
-        used = {node_of(g) for m in group.members for g in (*m.rollout_gpus, *m.train_gpus)}
-        self._free([n for n in group.nodes if n not in used])
-        group.nodes = [n for n in group.nodes if n in used]
-        group.phases = {k: v for k, v in group.phases.items() if k != name}
-        rr = round_robin_timetable(self.model, group.members)
-        if rr.cycle_s < group.cycle_s and all(meets_slo(rr.cycle_s, self._cap(m.job)) for m in group.members):
-            group.cycle_s, group.phases = rr.cycle_s, rr.phases
-        group.plan = None
-        self._summarize(group)
-        self._add_load(self._group_load(group.members, group.cycle_s), +1)
+        if self.live.release(name) is None:
+            del self._screens[group.name]
+        else:
+            self._summarize(group)
+            self._add_load(self._group_load(group.members, group.cycle_s), +1)
         return self.plan
-
-    def _free(self, nodes: list[str]) -> None:
-        for n in nodes:
-            cluster = self.topology.node(n).cluster
-            self.free[cluster].append(n)
-            self.free[cluster].sort()
-            self.mem.pop(n, None)

@@ -1,14 +1,12 @@
 """Baseline planning policies: Solo-D, veRL-style colocation, and Weave's online Algorithm 1.
 
 Each policy is ``plan_<name>(model, **opts) -> Plan`` and returns a plan that ``weave_rl.planner.check``
-accepts. They share the bookkeeping below:
+accepts. They place groups on a live plan (planner/live.py: whole free nodes in id order, so groups
+never share a node and plans are reproducible; host memory pinned per node), and:
 
-- ``NodeAllocator`` hands out whole free nodes of a cluster in id order (``rollout-000``, ...), so
-  groups never share a node and plans are reproducible;
 - ``_Draft`` turns a request for GPUs into fresh nodes, filling the spare GPUs of a node it already
   drafted first (a job whose rollout and train live in one cluster shares a node the way the solo
   reference in ``PlanningModel.solo_placement`` does);
-- ``_Ledger`` tracks the host memory pinned per node (the residency constraint);
 - every group's timetable is the round-robin meta-iteration of ``weave_rl.planner.roundrobin``, and a job is
   placed only where every member of its group still meets its SLO.
 
@@ -21,13 +19,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.rules import fits_memory, meets_slo
-from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
-from weave_rl.planner.roundrobin import Member, RoundRobin, group_plan, round_robin_timetable
+from weave_rl.planner.live import LiveGroup, LivePlan, NodeAllocator
+from weave_rl.planner.rules import meets_slo
+from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, Rejection, SolverInfo
+from weave_rl.planner.roundrobin import Member, RoundRobin, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec, PhaseSpec
 from weave_rl.topology.spec import ClusterSpec
 from weave_rl.topology.topology import Topology, node_of
@@ -37,72 +36,12 @@ class Unplaceable(Exception):
     """A job (or one candidate placement of it) cannot be placed; the message is the reason."""
 
 
-# ----- nodes and host memory -------------------------------------------------------------------
-
-
-class NodeAllocator:
-    """Whole free nodes of each cluster, handed out in id order and never twice."""
-
-    def __init__(self, topology: Topology):
-        self.topology = topology
-        self._free = {name: [n.id for n in topology.nodes_in(cluster=name)] for name in topology.clusters}
-        self._order = {node_id: i for nodes in self._free.values() for i, node_id in enumerate(nodes)}
-
-    def free(self, cluster: str) -> int:
-        return len(self._free[cluster])
-
-    def peek(self, cluster: str, count: int, skip: int = 0) -> list[str] | None:
-        """The next ``count`` free nodes after ``skip`` of them, or None when there are too few."""
-        nodes = self._free[cluster][skip:skip + count]
-        return nodes if len(nodes) == count else None
-
-    def take(self, nodes: Iterable[str]) -> None:
-        for node in nodes:
-            self._free[self.topology.node(node).cluster].remove(node)
-
-    def give(self, nodes: Iterable[str]) -> None:
-        """Return taken nodes, back in id order."""
-        for node in nodes:
-            free = self._free[self.topology.node(node).cluster]
-            free.append(node)
-            free.sort(key=self._order.__getitem__)
-
-
-class _Ledger:
-    """Host memory pinned on each node, per (job, phase): a node holds the state of every phase
-    that runs there so that switches stay warm."""
-
-    def __init__(self, topology: Topology):
-        self.topology = topology
-        self.used: dict[str, dict[tuple[str, str], float]] = {}
-
-    def pins(self, member: Member) -> dict[str, dict[tuple[str, str], float]]:
-        out: dict[str, dict[tuple[str, str], float]] = {}
-        for kind in ("rollout", "train"):
-            for node in {node_of(g) for g in member.gpus(kind)}:
-                out.setdefault(node, {})[(member.job.name, kind)] = member.job.phase(kind).host_mem_gb
-        return out
-
-    def check(self, member: Member) -> None:
-        for node, pins in self.pins(member).items():
-            total = sum({**self.used.get(node, {}), **pins}.values())
-            cap = self.topology.node(node).host_mem_gb
-            if not fits_memory(total, cap):
-                raise Unplaceable(f"host memory of {node} would hold {total:.1f} GB, more than its {cap:g} GB")
-
-    def add(self, member: Member) -> None:
-        for node, pins in self.pins(member).items():
-            self.used.setdefault(node, {}).update(pins)
-
-    def remove(self, member: Member) -> None:
-        for node, pins in self.pins(member).items():
-            for key in pins:
-                self.used[node].pop(key, None)
+# ----- fresh nodes ----------------------------------------------------------------------------
 
 
 class _Draft:
-    """The fresh nodes one candidate placement would take, GPU by GPU (nothing is taken until
-    ``commit``)."""
+    """The fresh nodes one candidate placement would take, GPU by GPU (nothing is taken until the
+    placement is chosen)."""
 
     def __init__(self, alloc: NodeAllocator):
         self.alloc = alloc
@@ -121,9 +60,6 @@ class _Draft:
         spare += [g for n in fresh for g in self.alloc.topology.node(n).gpu_ids]
         taken, self._spare[cluster.name] = spare[:count], spare[count:]
         return taken
-
-    def commit(self) -> None:
-        self.alloc.take(self.nodes)
 
 
 def _clusters(topology: Topology, kind: str, phase: PhaseSpec, gpus: int, mem_gb: float,
@@ -171,38 +107,12 @@ def _draft_phase(draft: _Draft, clusters: list[ClusterSpec], count: int) -> list
 # ----- groups and the shared bookkeeping ----------------------------------------------------------
 
 
-@dataclass
-class _Group:
-    name: str
-    members: list[Member]
-    nodes: list[str]
-    timetable: RoundRobin
-    rollout_nodes: list[str] = field(default_factory=list)  # nodes holding rollout GPUs, in order added
-
-    @property
-    def train_gpus(self) -> tuple[str, ...]:
-        return self.members[0].train_gpus
-
-
-class _Book:
-    """What every policy tracks while it plans: free nodes, host memory, groups, rejections."""
+class _Book(LivePlan):
+    """A live plan with what every policy asks of it while it plans."""
 
     def __init__(self, model: PlanningModel):
-        self.model = model
-        self.topology = model.topology
-        self.alloc = NodeAllocator(model.topology)
-        self.ledger = _Ledger(model.topology)
-        self.groups: list[_Group] = []
-        self.groups_made = 0  # names stay unique when groups are freed (online admission)
-        self.rejected: list[Rejection] = []
-        self._solo: dict[str, float] = {}
+        super().__init__(model)
         self._train_busy: dict[tuple[str, tuple[str, ...]], float] = {}
-
-    def solo(self, job: JobSpec) -> float:
-        # Per job (not ``model.solo``), so that a job the topology cannot host fails alone.
-        if job.name not in self._solo:
-            self._solo[job.name] = self.model.solo_iteration_s(job)
-        return self._solo[job.name]
 
     def train_busy(self, job: JobSpec, gpus: tuple[str, ...]) -> float:
         """Seconds ``job``'s train and its warm switch hold the training GPUs ``gpus`` per cycle."""
@@ -220,24 +130,20 @@ class _Book:
         """The round-robin timetable, or ``Unplaceable`` naming a member whose SLO it misses."""
         rr = round_robin_timetable(self.model, members)
         for m in members:
-            limit = m.job.slo * self.solo(m.job)
-            if not meets_slo(rr.cycle_s, limit):
+            solo = self.model.solo_of(m.job)
+            if not meets_slo(rr.cycle_s, m.job.slo * solo):
                 raise Unplaceable(f"iteration {rr.cycle_s:.1f} s would exceed {m.job.name}'s SLO "
-                                  f"({m.job.slo:g} x solo {self.solo(m.job):.1f} s = {limit:.1f} s)")
+                                  f"({m.job.slo:g} x solo {solo:.1f} s = {m.job.slo * solo:.1f} s)")
         return rr
 
     def cost(self, nodes: Iterable[str]) -> float:
         return sum(self.topology.node_usd_per_hour(n) for n in nodes)
 
-    def add_group(self, draft: _Draft, member: Member, rr: RoundRobin) -> None:
-        draft.commit()
-        self.ledger.add(member)
-        rollout_nodes = list(dict.fromkeys(node_of(g) for g in member.rollout_gpus))
-        taken = {g.name for g in self.groups}
-        while f"g{self.groups_made}" in taken:
-            self.groups_made += 1
-        self.groups.append(_Group(f"g{self.groups_made}", [member], list(draft.nodes), rr, rollout_nodes))
-        self.groups_made += 1
+    def fits(self, member: Member) -> None:
+        """``Unplaceable`` when the member's state would overflow a node's host memory."""
+        reason = self.memory.overflow(member)
+        if reason is not None:
+            raise Unplaceable(reason)
 
 
 def _admissible(book: _Book, job: JobSpec) -> None:
@@ -249,7 +155,7 @@ def _admissible(book: _Book, job: JobSpec) -> None:
         types = _types(job.phase(kind))
         if not any(c.gpu_type in types for c in book.topology.clusters.values()):
             raise Unplaceable(f"no cluster of GPU type {'/'.join(types)} for its {kind}")
-    book.solo(job)
+    book.model.solo_of(job)
 
 
 def _fresh_member(book: _Book, job: JobSpec) -> tuple[_Draft, Member]:
@@ -261,7 +167,7 @@ def _fresh_member(book: _Book, job: JobSpec) -> tuple[_Draft, Member]:
         count = _ref_gpus(phase)
         gpus[kind] = _draft_phase(draft, _clusters(book.topology, kind, phase, count, phase.host_mem_gb), count)
     member = Member(job, tuple(gpus["rollout"]), tuple(gpus["train"]))
-    book.ledger.check(member)
+    book.fits(member)
     return draft, member
 
 
@@ -289,7 +195,7 @@ def plan_solo(model: PlanningModel) -> Plan:
 
     def place(book: _Book, job: JobSpec) -> None:
         draft, member = _fresh_member(book, job)
-        book.add_group(draft, member, book.timetable([member]))
+        book.open(member, draft.nodes, *book.timetable([member]))
 
     return _assemble("solo", "FEASIBLE", _plan_each(model, place), started)
 
@@ -326,8 +232,8 @@ def _colocate_at(book: _Book, job: JobSpec, count: int, types: list[str]) -> Non
     draft = _Draft(book.alloc)
     gpus = tuple(_draft_phase(draft, clusters, count))
     member = Member(job, gpus, gpus)
-    book.ledger.check(member)
-    book.add_group(draft, member, book.timetable([member]))
+    book.fits(member)
+    book.open(member, draft.nodes, *book.timetable([member]))
 
 
 # ----- Weave, Algorithm 1 -------------------------------------------------------------------------
@@ -364,7 +270,7 @@ def plan_weave(model: PlanningModel, max_group_size: int = 5) -> Plan:
     return _assemble("weave", "HEURISTIC", book, started)
 
 
-def _weave_place(book: _Book, job: JobSpec, max_group_size: int) -> _Group:
+def _weave_place(book: _Book, job: JobSpec, max_group_size: int) -> LiveGroup:
     """Admit ``job`` at its least-cost candidate; the group it joined (or opened)."""
     best: _Candidate | None = None
     reason: Unplaceable | None = None
@@ -396,16 +302,8 @@ class OnlineWeave:
         """Admission around a plan already in force (e.g. after a re-plan): its groups, their nodes
         taken, their members' memory pinned."""
         online = cls(topology, quantile, max_group_size)
-        book = online.book
-        for g in plan.groups:
-            members = [Member(specs[j.name], *(tuple(next(p.gpus for p in j.phases if p.phase == kind))
-                                               for kind in ("rollout", "train"))) for j in g.jobs]
-            book.alloc.take(g.nodes)
-            for m in members:
-                book.ledger.add(m)
-            rollout_nodes = list(dict.fromkeys(node_of(x) for m in members for x in m.rollout_gpus))
-            book.groups.append(_Group(g.name, members, list(g.nodes), round_robin_timetable(book.model, members),
-                                      rollout_nodes))
+        online.book.load(plan, specs)
+        online.book.rejected = []
         return online
 
     def admit(self, job: JobSpec) -> str:
@@ -414,24 +312,8 @@ class OnlineWeave:
         return _weave_place(self.book, job, self.max_group_size).name
 
     def release(self, name: str) -> None:
-        book = self.book
-        for group in book.groups:
-            member = next((m for m in group.members if m.job.name == name), None)
-            if member is None:
-                continue
-            book.ledger.remove(member)
-            group.members.remove(member)
-            used = {node_of(g) for m in group.members for g in (*m.rollout_gpus, *m.train_gpus)}
-            unused = [n for n in group.nodes if n not in used]
-            book.alloc.give(unused)
-            if not group.members:
-                book.groups.remove(group)
-                return
-            group.nodes = [n for n in group.nodes if n in used]
-            group.rollout_nodes = [n for n in group.rollout_nodes if n in used]
-            # The intra-group scheduler runs the members left; fewer phases never lengthen the cycle.
-            group.timetable = round_robin_timetable(book.model, group.members)
-            return
+        if self.book.group_of(name) is not None:
+            self.book.release(name)
 
     def plan(self) -> Plan:
         return _assemble("weave", "HEURISTIC", self.book, time.perf_counter())
@@ -439,14 +321,14 @@ class OnlineWeave:
 
 def _weave_candidates(book: _Book, job: JobSpec, max_group_size: int):
     """Every candidate placement (or the ``Unplaceable`` that ruled one out), isolated group last."""
-    for index, group in enumerate(book.groups):
+    for index, group in enumerate(book.groups.values()):
         full = len(group.members) >= max_group_size
         if full or not _fits_train(book.topology, job, group) or not _train_may_fit(book, job, group) \
                 or _saturated(book.model, group):
             continue
         for rank, member, draft in _group_placements(book, job, group):
             try:
-                book.ledger.check(member)
+                book.fits(member)
                 rr = book.timetable([*group.members, member])
             except Unplaceable as exc:
                 yield exc
@@ -460,7 +342,7 @@ def _weave_candidates(book: _Book, job: JobSpec, max_group_size: int):
         yield exc
 
 
-def _saturated(model: PlanningModel, group: _Group) -> bool:
+def _saturated(model: PlanningModel, group: LiveGroup) -> bool:
     """Weave's pruning rule: T_load = max(sum of trains, busiest rollout node) >= T_cycle = max solo."""
     roll, train = {}, {}
     for m in group.members:
@@ -476,22 +358,22 @@ def _saturated(model: PlanningModel, group: _Group) -> bool:
     return load >= cycle
 
 
-def _train_may_fit(book: _Book, job: JobSpec, group: _Group) -> bool:
+def _train_may_fit(book: _Book, job: JobSpec, group: LiveGroup) -> bool:
     """Necessary for any round-robin timetable within every SLO: the shared training GPUs run every
     member's train and warm switch once per cycle. Skipping groups that fail it changes no decision;
     it only saves the timetable simulation (admission must stay fast with thousands of jobs)."""
     members = [m.job for m in group.members] + [job]
     busy = sum(book.train_busy(j, group.train_gpus) for j in members)
-    return meets_slo(busy, min(j.slo * book.solo(j) for j in members))
+    return meets_slo(busy, min(j.slo * book.model.solo_of(j) for j in members))
 
 
-def _fits_train(topology: Topology, job: JobSpec, group: _Group) -> bool:
+def _fits_train(topology: Topology, job: JobSpec, group: LiveGroup) -> bool:
     """The group's training pool is fixed (no re-parallelization): same GPU count and type."""
     gpus = group.train_gpus
     return len(gpus) in job.train.gpu_options and topology.gpu_type_of(gpus[0]) in job.train.gpu_types
 
 
-def _group_placements(book: _Book, job: JobSpec, group: _Group):
+def _group_placements(book: _Book, job: JobSpec, group: LiveGroup):
     """(rank, member, draft) for direct packing on every run of the group's rollout nodes that fits
     the rollout, then for rollout scaling onto fresh nodes."""
     topo = book.topology
@@ -526,18 +408,11 @@ def _runs(topology: Topology, nodes: list[str], phase: PhaseSpec, count: int) ->
     return out
 
 
-def _admit(book: _Book, candidate: _Candidate) -> _Group:
+def _admit(book: _Book, candidate: _Candidate) -> LiveGroup:
     if candidate.rank == ISOLATED:
-        book.add_group(candidate.draft, candidate.member, candidate.timetable)
-        return book.groups[-1]
-    group = book.groups[candidate.group]
-    candidate.draft.commit()
-    book.ledger.add(candidate.member)
-    group.members.append(candidate.member)
-    group.nodes += candidate.draft.nodes
-    group.rollout_nodes += [n for n in dict.fromkeys(map(node_of, candidate.member.rollout_gpus))
-                            if n not in group.rollout_nodes]
-    group.timetable = candidate.timetable
+        return book.open(candidate.member, candidate.draft.nodes, *candidate.timetable)
+    group = list(book.groups.values())[candidate.group]
+    book.join(group, candidate.member, candidate.draft.nodes, *candidate.timetable)
     return group
 
 
@@ -545,7 +420,7 @@ def _admit(book: _Book, candidate: _Candidate) -> _Group:
 
 
 def _assemble(policy: str, status: str, book: _Book, started: float) -> Plan:
-    groups = [_group_plan(book, group.name, group) for group in book.groups]
+    groups = book.group_plans()
     cost = sum(g.usd_per_hour or 0.0 for g in groups)
     return Plan(
         policy=policy,
@@ -560,15 +435,10 @@ def _assemble(policy: str, status: str, book: _Book, started: float) -> Plan:
     )
 
 
-def _group_plan(book: _Book, name: str, group: _Group) -> GroupPlan:
-    rr = group.timetable
-    return group_plan(book.topology, name, group.members, rr.phases, rr.cycle_s, group.nodes, book.solo)
-
-
 def _plan_quantile(q: float | str) -> float | str:
     if isinstance(q, str) and q != "max":
         return float(q)
     return q
 
 
-__all__ = ["NodeAllocator", "OnlineWeave", "Unplaceable", "plan_colocate", "plan_solo", "plan_weave"]
+__all__ = ["OnlineWeave", "Unplaceable", "plan_colocate", "plan_solo", "plan_weave"]

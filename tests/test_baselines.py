@@ -349,7 +349,7 @@ def test_online_weave_frees_an_emptied_group_and_names_new_groups_apart():
     assert plan.groups[1].nodes == ["rollout-000", "rollout-001", "train-000", "train-001"]
     online.release("G")
     online.release("H")
-    assert online.plan().groups == [] and online.book.ledger.used == {n: {} for n in online.book.ledger.used}
+    assert online.plan().groups == [] and online.book.memory.used == {n: {} for n in online.book.memory.used}
 
 
 def test_online_weave_in_force_admits_around_a_given_plan():
