@@ -34,7 +34,7 @@ from weave_rl.planner.drawn import meets_slos_as_drawn
 from weave_rl.planner.live import LiveGroup, LivePlan
 from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.rules import fits_memory, group_cap, meets_slo, member_cap
-from weave_rl.planner.optimal import PhaseOption, phase_options
+from weave_rl.planner.optimal import PhaseOption, inadmissible, phase_options
 from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, Rejection, SolverInfo
 from weave_rl.planner.roundrobin import Member, PhaseTime, round_robin_timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec
@@ -150,7 +150,7 @@ class AdmissionPlanner:
             self.model._solo_cache.pop(job.name, None)
         self.jobs[job.name] = job
         self.live.rejected = [r for r in self.live.rejected if r.name != job.name]
-        reason = self._inadmissible(job)
+        reason = inadmissible(self.model, job)
         best = None
         if reason is None:
             best, reason = self._best_placement(job)
@@ -159,18 +159,6 @@ class AdmissionPlanner:
             return Admission(False, None, reason, self.plan)
         group = self._apply(best)
         return Admission(True, group.name, None, self.plan, round(best.added, 6))
-
-    def _inadmissible(self, job: JobSpec) -> str | None:
-        if job.slo < 1:
-            return f"slo {job.slo:g} < 1: no placement runs a job faster than alone"
-        for kind in ("rollout", "train"):
-            if not self._phase_options(job, kind):
-                return f"no cluster can host its {kind} (GPU types {'/'.join(job.phase(kind).gpu_types)})"
-        try:
-            self.model.solo_of(job)
-        except ValueError as exc:
-            return str(exc)
-        return None
 
     def _best_placement(self, job: JobSpec) -> tuple[_Placement | None, str | None]:
         cap = self._cap(job)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from weave_rl.planner.model import PlanningModel
+from weave_rl.planner.optimal import inadmissible
 from weave_rl.planner.live import LiveGroup, LivePlan, NodeAllocator
 from weave_rl.planner.rules import meets_slo
 from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, Rejection, SolverInfo
@@ -147,15 +148,10 @@ class _Book(LivePlan):
 
 
 def _admissible(book: _Book, job: JobSpec) -> None:
-    """Checks that do not depend on what is already placed: the SLO, and the solo reference it is
-    measured against (each phase needs a cluster of one of its types)."""
-    if job.slo < 1:
-        raise Unplaceable(f"slo {job.slo:g} < 1: no placement runs a job faster than alone")
-    for kind in ("rollout", "train"):
-        types = _types(job.phase(kind))
-        if not any(c.gpu_type in types for c in book.topology.clusters.values()):
-            raise Unplaceable(f"no cluster of GPU type {'/'.join(types)} for its {kind}")
-    book.model.solo_of(job)
+    """``Unplaceable`` when no plan can place the job, whatever is placed already."""
+    reason = inadmissible(book.model, job)
+    if reason is not None:
+        raise Unplaceable(reason)
 
 
 def _fresh_member(book: _Book, job: JobSpec) -> tuple[_Draft, Member]:

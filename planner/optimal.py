@@ -28,7 +28,7 @@ from weave_rl.planner.model import PlanningModel, ceil_ms
 from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Rejection
 from weave_rl.planner.rules import TIME_TOL, class_layout, fits_cap, fits_memory, group_cap, load_s, member_cap
 from weave_rl.planner.timetable import Member, Timetable
-from weave_rl.profiles.jobs import JobSpec
+from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology
 
 Progress = Callable[[str], None]
@@ -441,18 +441,32 @@ class EnumerationBudget(RuntimeError):
     """Too many candidate groups to enumerate within the budget."""
 
 
-def _admissible(model: PlanningModel) -> tuple[list[Rejection], list[int]]:
+def inadmissible(model: PlanningModel, job: JobSpec) -> str | None:
+    """Why no plan can place ``job``, whatever else it holds (None: some plan may): the rule every
+    policy rejects by before it places anything."""
     from weave_rl.planner.fit import job_fit_problems
 
-    problems = {p.job: p.reason for p in job_fit_problems(model.jobs, model.topology)}
+    if job.slo < 1:
+        return f"SLO {job.slo:g} < 1: no placement runs a job faster than alone"
+    problems = job_fit_problems(JobSet(jobs=(job,)), model.topology)
+    if problems:
+        return problems[0].reason
+    if not phase_options(model, job, "rollout") or not phase_options(model, job, "train"):
+        return "no GPU option fits a cluster of the topology"
+    try:
+        model.solo_of(job)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _admissible(model: PlanningModel) -> tuple[list[Rejection], list[int]]:
+    """The jobs some plan may place (their indices), and the others rejected with the reason."""
     rejected, ok = [], []
     for j, job in enumerate(model.jobs.jobs):
-        if job.name in problems:
-            rejected.append(Rejection(name=job.name, reason=problems[job.name]))
-        elif job.slo < 1:
-            rejected.append(Rejection(name=job.name, reason=f"SLO {job.slo:g} is below 1: no plan can beat running alone"))
-        elif not phase_options(model, job, "rollout") or not phase_options(model, job, "train"):
-            rejected.append(Rejection(name=job.name, reason="no GPU option fits a cluster of the topology"))
-        else:
+        reason = inadmissible(model, job)
+        if reason is None:
             ok.append(j)
+        else:
+            rejected.append(Rejection(name=job.name, reason=reason))
     return rejected, ok

@@ -251,7 +251,7 @@ def test_slo_below_one_is_rejected_and_the_rest_planned(policy):
     ok, bad = job("ok", 100, 60), job("bad", 100, 60, slo=0.9)
     model = model_of(bad, ok)
     plan = valid(policy(model), model)
-    assert [r.name for r in plan.rejected] == ["bad"] and "slo 0.9" in plan.rejected[0].reason
+    assert [r.name for r in plan.rejected] == ["bad"] and "SLO 0.9" in plan.rejected[0].reason
     assert [j.name for g in plan.groups for j in g.jobs] == ["ok"]
 
 
@@ -268,12 +268,12 @@ def test_command_plans_the_rest_and_reports_the_rejection(tmp_path, capsys, poli
     assert "bad" in capsys.readouterr().err
     plan = load_plan(out)  # the YAML round trip keeps it valid
     assert_valid(plan, TESTBED, jobs)
-    assert [r.name for r in plan.rejected] == ["bad"] and "slo 0.9 < 1" in plan.rejected[0].reason
+    assert [r.name for r in plan.rejected] == ["bad"] and "SLO 0.9 < 1" in plan.rejected[0].reason
     assert sorted(j.name for g in plan.groups for j in g.jobs) == ["A", "B"]
 
 
 @pytest.mark.parametrize("spec, words", [
-    ({"rollout": {"gpu_type": "A100"}}, "no cluster of GPU type A100"),
+    ({"rollout": {"gpu_type": "A100"}}, "has GPU type A100"),
     ({"gpus": 400}, "wider than every"),
     ({"train": {"host_mem_gb": 3000.0}}, "host memory"),
 ])

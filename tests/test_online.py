@@ -83,7 +83,7 @@ def test_tight_slo_opens_a_new_group_with_the_reason_for_others():
 def test_rejection_names_the_reason():
     jobs = jobset(job("A", 100, 60, slo=0.9))
     adm = OnlinePlanner(TESTBED, JobSet(jobs=[])).admit(jobs["A"])
-    assert not adm.placed and "slo" in adm.reason
+    assert not adm.placed and "SLO 0.9 < 1" in adm.reason
     assert [r.name for r in adm.plan.rejected] == ["A"]
 
 
