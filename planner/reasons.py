@@ -21,12 +21,12 @@ from typing import Sequence
 
 from weave_rl.planner.colocated import colocated_layouts
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.rules import SLO_TOL as TOL, fits_memory, meets_slo, member_cap
+from weave_rl.planner.live import HostMemory
+from weave_rl.planner.rules import SLO_TOL as TOL, meets_slo, member_cap
 from weave_rl.planner.optimal import PhaseOption, phase_options, sync_estimate
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import Member, round_robin_timetable
 from weave_rl.profiles.jobs import JobSpec
-from weave_rl.topology.topology import node_of
 
 ROUND_ROBIN_GROUPS = 5  # the closest groups (by their members' loops) tried with the round robin
 
@@ -208,9 +208,12 @@ def _round_robin_join(model: PlanningModel, job: JobSpec, group: GroupPlan) -> t
                 layouts.append(Member(job, tuple(rollout), tuple(train)))
         if t.gpu_type == job.train.gpu_type or t.gpu_type in job.rollout.gpu_types:
             layouts.append(Member(job, tuple(train), tuple(train)))
+    memory = HostMemory(topo)
+    for m in members:
+        memory.add(m)
     best = None
     for new in layouts:
-        if not _memory_fits(model, members + [new]):
+        if memory.overflow(new) is not None:
             continue
         cycle = round_robin_timetable(model, members + [new]).cycle_s
         specs = [m.job for m in members] + [job]
@@ -221,15 +224,6 @@ def _round_robin_join(model: PlanningModel, job: JobSpec, group: GroupPlan) -> t
         if best is None or ratio < best[0]:
             best = (ratio, text)
     return best
-
-
-def _memory_fits(model: PlanningModel, members: list[Member]) -> bool:
-    pinned: dict[str, dict[tuple[str, str], float]] = {}
-    for m in members:
-        for kind in ("rollout", "train"):
-            for n in {node_of(g) for g in m.gpus(kind)}:
-                pinned.setdefault(n, {})[(m.job.name, kind)] = m.job.phase(kind).host_mem_gb
-    return all(fits_memory(sum(p.values()), model.topology.node(n).host_mem_gb) for n, p in pinned.items())
 
 
 def with_placement_note(note: str | None, placed: int, total: int) -> str | None:
