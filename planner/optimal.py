@@ -25,8 +25,9 @@ from typing import Callable, Iterator
 
 from weave_rl.planner.colocated import colocated_options, shared_pools
 from weave_rl.planner.model import PlanningModel, ceil_ms
-from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Rejection
+from weave_rl.planner.plan import GroupPlan, Rejection
 from weave_rl.planner.rules import TIME_TOL, class_layout, fits_cap, fits_memory, group_cap, load_s, member_cap
+from weave_rl.planner import roundrobin
 from weave_rl.planner.timetable import Member, Timetable
 from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology
@@ -317,22 +318,8 @@ def candidate_members(model: PlanningModel, cand: Candidate, alloc) -> tuple[lis
 
 
 def group_plan(model: PlanningModel, name: str, members: list[Member], nodes: list[str], tt: Timetable) -> GroupPlan:
-    topo = model.topology
-    job_plans = []
-    for m in members:
-        ph = tt.phases[m.job.name]
-        slots = [
-            PhaseSlot(phase="rollout", start_s=ph["rollout"].start_s, duration_s=ph["rollout"].duration_s,
-                      gpus=list(m.rollout_gpus), gpu_type=topo.gpu_type_of(m.rollout_gpus[0])),
-            PhaseSlot(phase="train", start_s=ph["train"].start_s, duration_s=ph["train"].duration_s,
-                      gpus=list(m.train_gpus), gpu_type=topo.gpu_type_of(m.train_gpus[0])),
-            PhaseSlot(phase="sync", start_s=ph["sync"].start_s, duration_s=ph["sync"].duration_s,
-                      gpus=list(m.rollout_gpus)),
-        ]
-        job_plans.append(JobPlan(name=m.job.name, solo_iteration_s=model.solo_of(m.job), iteration_s=tt.cycle_s,
-                                 slo=m.job.slo, phases=slots))
-    return GroupPlan(name=name, cycle_s=tt.cycle_s, nodes=nodes, jobs=job_plans,
-                     usd_per_hour=round(topo.cost_usd_per_hour(nodes), 6))
+    """The group's plan under the timetable ``tt``."""
+    return roundrobin.group_plan(model.topology, name, members, tt.phases, tt.cycle_s, nodes, model.solo_of)
 
 
 def work_lower_bound(model: PlanningModel, job_ids: list[int]) -> float:
