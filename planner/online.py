@@ -20,7 +20,7 @@ from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import NoPlanInTime
 from weave_rl.planner.optimize import plan_optimal
 from weave_rl.planner.plan import GroupPlan, JobPlan, Plan
-from weave_rl.profiles.jobs import JobSet, JobSpec
+from weave_rl.profiles.jobs import JobSet
 from weave_rl.topology.topology import Topology, node_of
 
 
@@ -118,17 +118,8 @@ def _pinned_variants(plan: Plan, topology: Topology) -> list[GroupPlan]:
     return out
 
 
-def admit(plan: Plan, job: JobSpec, topology: Topology, jobs: JobSet, **options) -> Admission:
-    """One admission on a plan value (builds the online state; use ``OnlinePlanner`` for many)."""
-    return OnlinePlanner(topology, jobs, plan, **options).admit(job)
-
-
-def release(plan: Plan, name: str, topology: Topology, jobs: JobSet, **options) -> Plan:
-    return OnlinePlanner(topology, jobs, plan, **options).release(name)
-
-
 def replan(plan: Plan, jobs: JobSet, topology: Topology, *, migration_cost_s: float = 60.0, **options) -> Replan:
     return OnlinePlanner(topology, jobs, plan).replan(jobs, migration_cost_s=migration_cost_s, **options)
 
 
-__all__ = ["Admission", "OnlinePlanner", "Replan", "admit", "release", "replan"]
+__all__ = ["Admission", "OnlinePlanner", "Replan", "replan"]
