@@ -9,7 +9,7 @@ import pytest
 
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import assert_valid, check_plan
-from weave_rl.planner.online import OnlinePlanner, admit, release, replan
+from weave_rl.planner.online import OnlinePlanner, replan
 from weave_rl.planner.plan import Plan
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import JobSet, jobs_from_data, jobs_to_data
@@ -123,14 +123,15 @@ def test_admit_after_release_reuses_the_room():
     assert adm.plan.cost_usd_per_hour <= cost + 1e-6
 
 
-def test_functional_wrappers_work_on_plan_values():
+def test_admission_on_a_saved_plan_keeps_every_placed_job_where_it_is():
     jobs = generate("Mixed", 10, 2)
     base = make_plan(TESTBED, JobSet(jobs=jobs.jobs[:9]), time_limit_s=20)
-    adm = admit(base, jobs.jobs[9], TESTBED, jobs)
+    op = OnlinePlanner(TESTBED, jobs, base)
+    adm = op.admit(jobs.jobs[9])
     assert adm.placed
     assert all(placement(adm.plan)[n] == g for n, g in placement(base).items())
     valid(adm.plan, jobs)
-    smaller = release(adm.plan, jobs.jobs[0].name, TESTBED, jobs)
+    smaller = op.release(jobs.jobs[0].name)
     assert jobs.jobs[0].name not in smaller.jobs
 
 
