@@ -606,3 +606,31 @@ def test_member_shares_cut_the_search_and_keep_each_leaders_least_group(family, 
     unshared = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60)
     assert unshared.rc_sum_bound == pytest.approx(priced.rc_sum_bound, abs=1e-5)
     assert priced.nodes < unshared.nodes
+
+
+def test_a_large_master_goes_on_with_the_neighbourhood_search_and_the_bound_in_the_background(monkeypatch):
+    # The paths of 300-job instances on 60 Hetero jobs: column generation cut short (its share of
+    # the time made tiny) goes on pricing in a forked process, whose bounds come back by the end of
+    # the searches; the master sees a restricted set of columns (WHOLE_MASTER 0), then the
+    # neighbourhood search goes on over every column from its plan.
+    import weave_rl.planner.optimize as optimize
+
+    monkeypatch.setattr(optimize, "COLGEN_END", 0.02)
+    monkeypatch.setattr(optimize, "WHOLE_MASTER", 0)
+    searched = []
+    real_search = optimize._search_neighbourhoods
+    monkeypatch.setattr(optimize, "_search_neighbourhoods", lambda *a, **kw: searched.append(1) or real_search(*a, **kw))
+    jobs = generate("Hetero", 60, 2)
+    topo = load_topology("weave-testbed-x3")
+    said: list[str] = []
+    plan = plan_optimal(PlanningModel(topo, jobs), time_limit_s=20, threads=2, enumeration_budget=0,
+                        progress=said.append).plan
+    assert_valid(plan, topo, jobs)
+    assert not plan.rejected and searched
+    background = next(m for m in said if "column generation in the background" in m)
+    assert "complete pricing" in background
+    proved = max(float(b.replace(",", "")) for b in background.split("(each: ")[1].rstrip(")").replace("$", "").split(", "))
+    assert plan.lower_bound_usd_per_hour == pytest.approx(proved, abs=0.005)  # printed to the cent
+    first = next(m for m in said if m.startswith("master 1:"))
+    assert plan.cost_usd_per_hour <= float(first.split("$")[1].split("/h")[0].replace(",", "")) + 1e-6
+    assert plan.lower_bound_usd_per_hour <= plan.cost_usd_per_hour
