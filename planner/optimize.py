@@ -509,15 +509,7 @@ def _final_plan(s: _Solve) -> Plan:
     else:
         rejected = s.refused + [Rejection(name=jobs[j].name, reason=not_placed_reason(s.model, jobs[j], groups,
                                                                                       s.max_group_size)) for j in lost]
-    # A restricted master's own bound holds for its columns only; so does one that could not use a
-    # group whose timetable was not decided in time.
-    master_bound = s.master.bound if s.master is not None and not s.priced_out and s.pools_complete \
-        and not s.banned & s.unsure else None
-    lb, note = _bound(s.model, s.builder, s.result, s.master is not None, master_bound, s.lp_bound(), s.job_ids, lost,
-                      s.penalty, cost, s.charge)
-    if not s.pools_complete:
-        note = f"more sets of jobs may time-share a pool than the {len(s.pools.groups):,} made columns: the " \
-               "bound is the work or packing bound"
+    lb, note = _bound(s, lost, cost)
     gap = (cost - lb) / cost if cost > 0 else 0.0
     status = s.master.status if s.master else "OPTIMAL"
     if repaired is not None:
@@ -1012,21 +1004,21 @@ def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int)
     return max(work_lower_bound(model, job_ids), packing_lower_bound(model, job_ids, max_group_size))
 
 
-def _bound(model, builder, result, planned, master_bound, lagrangian, job_ids, lost, penalty, cost, charge):
-    note = None
-    lb = 0.0
-    if result.mode == "enumerate" and master_bound is not None:
-        lb = max(master_bound, lagrangian if lagrangian is not None else -math.inf)
-    elif lagrangian is not None:
-        lb = lagrangian
-    else:
-        note = "column generation proved no bound in time: the bound is the work or packing bound"
-    lb -= penalty * len(lost)
-    if charge:  # the master's objective includes migration charges; the plan's cost does not
-        lb -= sum(charge.values())
+def _bound(s: _Solve, lost: list[int], cost: float) -> tuple[float, str | None]:
+    """The plan's lower bound (see the module's docstring), and what its note says about it."""
+    # A restricted master's own bound holds for its columns only; so does one that could not use a
+    # group whose timetable was not decided in time.
+    master = s.master.bound if s.master is not None and s.result.mode == "enumerate" and not s.priced_out \
+        and s.pools_complete and not s.banned & s.unsure else None
+    bounds = [b for b in (master, s.lp_bound()) if b is not None]
+    note = None if bounds else "column generation proved no bound in time: the bound is the work or packing bound"
+    # The master's objective includes rejections and migration charges; the plan's cost does not.
+    lb = max(bounds, default=0.0) - s.penalty * len(lost) - sum(s.charge.values())
     if not lost:
-        lb = max(lb, _simple_bound(model, job_ids, builder.k))
-    lb = min(max(lb, 0.0), cost)
-    if not planned and job_ids:
+        lb = max(lb, _simple_bound(s.model, s.job_ids, s.max_group_size))
+    if s.master is None and s.job_ids:
         note = "no plan verified"
-    return lb, note
+    if not s.pools_complete:
+        note = f"more sets of jobs may time-share a pool than the {len(s.pools.groups):,} made columns: the " \
+               "bound is the work or packing bound"
+    return min(max(lb, 0.0), cost), note
