@@ -360,9 +360,7 @@ def _solve_master(s: _Solve) -> None:
         at_bound = bound is not None and master.objective <= bound * (1 + 1e-6) + 1e-6
         # The search verifies every group it takes: it may run until every search stops.
         if not s.whole and not at_bound and s.budget.left() > 0.5:
-            s.master = _search_neighbourhoods(s.model, s.columns, s.job_ids, master, s.banned - s.priced_out,
-                                              s.penalty, s.budget.deadline, s.exclusive, s.support, s.threads,
-                                              s.timetables, s.verified, s.result, s.say)
+            s.master = _search_neighbourhoods(s, master)
         return
 
 
@@ -938,25 +936,25 @@ def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumb
     return {i for i in rc if i not in keep}
 
 
-def _search_neighbourhoods(model, columns, job_ids, master: IntegerResult, banned: set[int], penalty, deadline,
-                           exclusive, support, threads, timetables, verified, result, say) -> IntegerResult:
-    """The master's verified plan improved over every column not ``banned`` (planner/lns.py), each
-    improvement only with a timetable for every new group; the plan returned is laid out in
-    ``verified``. With threads to spare, one search per thread in forked processes (the search is
-    pure Python but for small CP-SAT models)."""
+def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
+    """The master's verified plan improved over every column it may use, the priced-out ones too
+    (planner/lns.py), each improvement only with a timetable for every new group; the plan returned
+    is laid out in ``s.verified``. With threads to spare, one search per thread in forked processes
+    (the search is pure Python but for small CP-SAT models)."""
+    model, columns = s.model, s.columns
     start = Incumbent(list(master.chosen), list(master.rejected), master.objective)
-    better = search(columns, job_ids, model.topology, start, banned=banned, penalty=penalty, deadline=deadline,
-                    exclusive=exclusive, support=support, workers=threads, seed=result.master_solves,
-                    decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s),
-                    known=timetables)
+    better = search(columns, s.job_ids, model.topology, start, banned=s.banned - s.priced_out, penalty=s.penalty,
+                    deadline=s.budget.deadline, exclusive=s.exclusive, support=s.support, workers=s.threads,
+                    seed=s.result.master_solves, known=s.timetables,
+                    decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s))
     if better.objective >= master.objective - 1e-6:
         return master
-    say(f"neighbourhood search: ${better.objective:,.2f}/h")
+    s.say(f"neighbourhood search: ${better.objective:,.2f}/h")
     improved = IntegerResult("FEASIBLE", better.columns, better.rejected, better.objective, None)
     # Every group has its timetable already (kept, or accepted above): laying it out takes no search.
-    if _verify(model, columns, improved.chosen, verified, set(), math.inf, threads, timetables) == []:
-        return improved
-    _verify(model, columns, master.chosen, verified, set(), math.inf, threads, timetables)
+    for plan in (improved, master):
+        if _verify(model, columns, plan.chosen, s.verified, set(), math.inf, s.threads, s.timetables) == []:
+            return plan
     return master
 
 
