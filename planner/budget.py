@@ -21,8 +21,6 @@ SEARCH_END = 0.98  # every search (the neighbourhood search's end); the rest is 
 DIVE = 0.15  # diving on the LP for integer plans
 NEAR = 0.10  # collecting columns of small reduced cost once the LP is optimal
 DECIDE = 0.08  # deciding exactly the LP's groups of mixed training GPU counts without a round robin
-LNS = 0.75  # of a large master's time until MASTER_END, the neighbourhood search's (planner/lns.py; it goes on
-           # until SEARCH_END, timetabling as it goes); CBC has the rest
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
    migration charge, from the best known plan as hint. After column generation a master of at
-   most 8,000 columns is solved whole by CBC; a larger one first sees the 2,000 columns of least
-   reduced cost, then a large neighbourhood search (planner/lns.py) improves its plan over every
-   column. ``solver="auto"`` picks CBC there and CP-SAT for complete enumerations.
+   most 8,000 columns is solved whole by CBC; from a larger one's best known plan a large
+   neighbourhood search (planner/lns.py) improves it over every column (on 300 Hetero jobs CBC's
+   2 s over the 2,000 columns of least reduced cost left the dive's plan as it was). ``solver="auto"``
+   picks CBC there and CP-SAT for complete enumerations.
 3. Every chosen group gets a timetable (planner/columns.py: the round robin when it meets every
    SLO, else the exact one); a group without one is banned and the master re-solved.
 
@@ -51,7 +52,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, LNS, MASTER_END, NEAR,
+from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, MASTER_END, NEAR,
                                      TEMPLATES_END, TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
@@ -86,14 +87,13 @@ NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times 
 CG_GAP = 0.0005
 SMALL_MASTER = 3_000
 # A master of at most this many columns is solved whole by CBC, all its time: on 100 RH jobs (5,800
-# columns) 10 s of it reached 1.2 % above the LP, where the restricted master and the search stayed at 5 %.
+# columns) 10 s of it reached 1.2 % above the LP, where the neighbourhood search stayed at 5 %.
 WHOLE_MASTER = 8_000
 DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
 STALE_DIVES = 10  # dives stop after this many in a row found only plans found before
 # The dives' plans merged: CP-SAT over the union of their columns and the LP's support picks the
 # best combination (100 RH jobs s3: 7 dives of $1,920.88 at best merged into $1,878.64, in 0.06 s).
 MERGE_S = 1.0
-RESTRICTED_MASTER = 2_000  # else the master first sees the columns of least reduced cost, this many
 EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
@@ -163,7 +163,7 @@ class _Solve:
     banned: set[int] = field(default_factory=set)  # columns the master may not choose
     unsure: set[int] = field(default_factory=set)  # columns banned without a proof that they have no timetable
     priced_out: set[int] = field(default_factory=set)  # columns it skips at first (see _price_out)
-    whole: bool = True  # the master sees every column that may improve its hint (else restricted, then the search)
+    whole: bool = True  # the master is solved over every column that may improve its hint (else the search only)
     support: dict[int, list[int]] = field(default_factory=dict)  # job -> the LP's columns: the search's neighbourhoods
     master: IntegerResult | None = None
     early: Plan | None = None  # the best plan mended after a failed verification
@@ -316,9 +316,9 @@ def _prepare_master(s: _Solve, solver: str) -> None:
     if s.large:  # small complete enumerations keep every column: their master is exact
         # An LP that has not settled guides CBC poorly: the neighbourhood search does better.
         s.whole = len(s.columns) <= WHOLE_MASTER and s.lagrangian is not None
-        s.priced_out = _price_out(s.columns, state, s.objective(s.hint), s.hint,
-                                  keep_at_most=None if s.whole else RESTRICTED_MASTER)
-        s.banned |= s.priced_out
+        if s.whole:
+            s.priced_out = _price_out(s.columns, state, s.objective(s.hint), s.hint)
+            s.banned |= s.priced_out
     for i, v in enumerate(state.x):
         if v > 1e-6:
             for j in s.columns[i].jobs:
@@ -335,13 +335,15 @@ def _solve_master(s: _Solve) -> None:
         left = s.budget.left()
         if left <= 0.05:
             return
-        share = 0.0 if s.whole else LNS  # a large master shares its time with the neighbourhood search
-        allowed = [i for i in range(len(s.columns)) if i not in s.banned]
-        master = solve_integer(s.columns, s.job_ids, s.topo, allowed=allowed, penalty=s.penalty,
-                               time_limit_s=max(min(1.0, left / 3), (1 - share) * (master_end - time.perf_counter())),
-                               threads=s.threads, solver=s.solver, hint=s.hint, exclusive=s.exclusive)
+        if s.whole or s.hint is None:
+            allowed = [i for i in range(len(s.columns)) if i not in s.banned]
+            master = solve_integer(s.columns, s.job_ids, s.topo, allowed=allowed, penalty=s.penalty,
+                                   time_limit_s=max(min(1.0, left / 3), master_end - time.perf_counter()),
+                                   threads=s.threads, solver=s.solver, hint=s.hint, exclusive=s.exclusive)
+        else:  # too large to solve whole: the neighbourhood search improves the best known plan
+            master = IntegerResult("UNKNOWN", [], [], None, None)
         s.result.master_solves += 1
-        if master.objective is None and s.hint is not None:  # no solution in time: the best known plan
+        if master.objective is None and s.hint is not None:  # none in time, or none sought: the best known plan
             master = IntegerResult("FEASIBLE", list(s.hint.columns), list(s.hint.rejected), s.objective(s.hint), None)
         if not master.chosen and len(master.rejected) < len(s.job_ids):
             s.master = None
@@ -913,11 +915,9 @@ def _merge_dives(columns: list[Column], state: "LpState", job_ids: list[int], to
     return Incumbent(merged.chosen, merged.rejected)
 
 
-def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent,
-               keep_at_most: int | None = RESTRICTED_MASTER) -> set[int]:
+def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent) -> set[int]:
     """Columns the integer master may ignore: a plan better than ``upper`` uses only columns of reduced
-    cost at most ``upper - LP - gain`` (exact); beyond that, only the ``keep_at_most`` of least reduced
-    cost stay (a heuristic that keeps the master fast; the bound does not depend on it).
+    cost at most ``upper - LP - gain``.
 
     ``gain``: a plan costs the LP value plus its columns' reduced costs, so a column is ruled out by
     its own reduced cost only if no other column has a negative one. The dives price columns after
@@ -930,9 +930,8 @@ def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumb
             for j in columns[i].jobs:
                 share[j] = min(share.get(j, 0.0), r / len(columns[i].jobs))
     slack = upper - state.value - sum(share.values())
-    keep = sorted((i for i, r in rc.items() if r <= slack + 1e-6), key=lambda i: rc[i])
     singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1}
-    keep = set(keep[:keep_at_most] if keep_at_most is not None else keep) | set(hint.columns) | singles
+    keep = {i for i, r in rc.items() if r <= slack + 1e-6} | set(hint.columns) | singles
     return {i for i in rc if i not in keep}
 
 
@@ -1004,8 +1003,8 @@ def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int)
 
 def _bound(s: _Solve, lost: list[int], cost: float) -> tuple[float, str | None]:
     """The plan's lower bound (see the module's docstring), and what its note says about it."""
-    # A restricted master's own bound holds for its columns only; so does one that could not use a
-    # group whose timetable was not decided in time.
+    # A master's own bound holds for the columns it saw only: not after columns were priced out, or
+    # banned without a proof that they have no timetable.
     master = s.master.bound if s.master is not None and s.result.mode == "enumerate" and not s.priced_out \
         and s.pools_complete and not s.banned & s.unsure else None
     bounds = [b for b in (master, s.lp_bound()) if b is not None]

@@ -229,7 +229,7 @@ def test_price_out_keeps_columns_that_pair_with_a_negative_reduced_cost():
     columns = [Column((0, 1, 2, 3), node, 40.0), Column((0, 1), node, 14.0), Column((2, 3), node, 22.0),
                Column((0, 1, 2, 3), node, 47.0)]
     state = LpState(40.0, {j: 10.0 for j in range(4)}, {}, x=[1.0, 0.0, 0.0, 0.0])
-    assert _price_out(columns, state, 40.0, Incumbent([0], []), keep_at_most=None) == {3}
+    assert _price_out(columns, state, 40.0, Incumbent([0], [])) == {3}
 
 
 def test_column_generation_stops_near_the_lp_and_still_collects_near_columns():
@@ -611,8 +611,8 @@ def test_member_shares_cut_the_search_and_keep_each_leaders_least_group(family, 
 def test_a_large_master_goes_on_with_the_neighbourhood_search_and_the_bound_in_the_background(monkeypatch):
     # The paths of 300-job instances on 60 Hetero jobs: column generation cut short (its share of
     # the time made tiny) goes on pricing in a forked process, whose bounds come back by the end of
-    # the searches; the master sees a restricted set of columns (WHOLE_MASTER 0), then the
-    # neighbourhood search goes on over every column from its plan.
+    # the searches; the master is too large to solve whole (WHOLE_MASTER 0), so the neighbourhood
+    # search improves the best known plan over every column.
     import weave_rl.planner.optimize as optimize
 
     monkeypatch.setattr(optimize, "COLGEN_END", 0.02)
