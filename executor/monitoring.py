@@ -57,6 +57,7 @@ over, whichever comes first; 0 closes it with the run.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ PHASE_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 180, 300, 600, 1200, 36
 SHORT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, float("inf"))
 PLAN_EVENTS = ("switch", "admit")
 DEFAULT_LINGER_S = 75.0  # > Prometheus' default scrape_interval (1 min): one scrape sees the final values
+SCRAPE_GRACE_S = 0.5  # after the scrape that read the final values, before the server closes
 
 
 def reason_kind(reason: str) -> str:
@@ -133,6 +135,7 @@ class ControllerMonitor:
         self.worker_deaths = Counter("weave_worker_deaths", "Worker processes (or actors) that died and were "
                                      "restarted by a real-worker backend.", ["gpu"], registry=r)
         self.scrapes = 0  # scrapes served (each refreshes the gauges first)
+        self.last_scrape_began = -math.inf  # time.monotonic() when the last scrape began reading
         self._worker_events: list[dict] | None = None  # a real backend's event list (follow_worker_events)
         self._worker_seen = 0
         self.clock_s = Gauge("weave_sim_time_seconds", "The controller's clock.", registry=r)
@@ -171,6 +174,7 @@ class ControllerMonitor:
     def scrape(self) -> None:
         """What each scrape does before the registry is read: new records and events, then the state
         gauges (see module doc on threads)."""
+        self.last_scrape_began = time.monotonic()
         self.poll()
         try:
             self.refresh_state()
@@ -284,11 +288,14 @@ class MetricsServer:
         comes first). Returns the seconds waited. Ctrl-C ends the wait."""
         self.monitor.poll()
         self.monitor.refresh_state()
-        seen = self.monitor.scrapes
         start = time.monotonic()
         try:
             while time.monotonic() - start < seconds:
-                if until_scraped and self.monitor.scrapes > seen:
+                # A scrape that began before the final refresh may still count after it: only one that
+                # began later read the final values. Its answer is still being written: a grace period
+                # before the server closes (else the scraper's connection may be reset).
+                if until_scraped and self.monitor.last_scrape_began > start:
+                    time.sleep(SCRAPE_GRACE_S)
                     break
                 time.sleep(min(poll_s, max(0.0, seconds - (time.monotonic() - start))))
         except KeyboardInterrupt:

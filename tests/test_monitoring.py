@@ -215,6 +215,25 @@ def test_linger_waits_for_one_scrape_of_the_final_values_or_the_time():
         server.close()
 
 
+def test_linger_is_not_ended_by_a_scrape_that_began_before_the_final_values():
+    # A scrape in flight when the run ends counts after the final refresh, but read the values of
+    # before it: the linger waits for the next one (here: none, so the time).
+    import threading
+
+    plan, t, jobs = micro_a()
+    servers = []
+    simulate_plan(plan, t, jobs, iterations=3, rules=ElasticRules.off(),
+                  setup=lambda c, _b: servers.append(start_metrics_server(c, 0)))
+    server = servers[0]
+    try:
+        monitor = server.monitor
+        monitor.last_scrape_began = -1.0  # began long before the linger
+        threading.Timer(0.1, lambda: setattr(monitor, "scrapes", monitor.scrapes + 1)).start()
+        assert server.linger(0.6) >= 0.6 - 1e-3
+    finally:
+        server.close()
+
+
 def test_simulate_metrics_linger_keeps_the_endpoint_until_scraped(tmp_path):
     import socket
     import subprocess
