@@ -217,7 +217,7 @@ class AdmissionPlanner:
             if p is not None:
                 yield p
                 return
-        for option in self._rollout_options(job):
+        for option in self._phase_options(job, "rollout"):
             runs = self._runs(group.rollout_nodes, option)
             screen = self._screens[group.name]
             limit = min(screen.cap, self._cap(job))
@@ -232,7 +232,7 @@ class AdmissionPlanner:
                     return
         if not fresh:
             return
-        for option in self._rollout_options(job):
+        for option in self._phase_options(job, "rollout"):
             nodes = self.live.alloc.peek(option.cluster, option.nodes)
             if nodes is None:
                 continue
@@ -266,9 +266,6 @@ class AdmissionPlanner:
         member = Member(job, tuple(gpus[t.gpus:t.gpus + o.gpus]), tuple(gpus[:t.gpus]))
         self._full_link = None
         return self._try(job, None, member, list(node), topo.cost_usd_per_hour(node))
-
-    def _rollout_options(self, job: JobSpec) -> list[PhaseOption]:
-        return self._phase_options(job, "rollout")
 
     def _runs(self, nodes: list[str], option: PhaseOption) -> list[list[str]]:
         topo = self.topology
@@ -323,7 +320,7 @@ class AdmissionPlanner:
         topo = self.topology
         best: _Placement | str = "no free nodes for a group of its own"
         for t in self._phase_options(job, "train"):
-            for o in self._rollout_options(job):
+            for o in self._phase_options(job, "rollout"):
                 shared = self._alone_on_one_node(job, t, o)  # its failure leaves the reason to the others
                 if shared is not None and (isinstance(best, str) or shared.added < best.added):
                     best = shared

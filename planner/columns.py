@@ -19,12 +19,12 @@ import math
 from dataclasses import dataclass, field
 
 from weave_rl.planner.drawn import meets_slos_as_drawn
+from weave_rl.planner.live import NodeAllocator
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import group_cap, meets_slo, member_cap
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import round_robin_timetable
 from weave_rl.planner.timetable import Member, Timetable, phase_durations_ms, solve_timetable
-from weave_rl.topology.topology import Topology
 
 # The integer masters' objective unit, 1e-4 $/h: fine enough for a migration charge (a GPU's price
 # for a minute, spread over an hour) to break a tie between keeping a job and moving it.
@@ -69,22 +69,7 @@ def template_column(model: PlanningModel, group: GroupPlan, *, pinned: bool = Fa
                   round(topo.cost_usd_per_hour(group.nodes), 6), template=group, pinned=pinned, extra=extra)
 
 
-class FreeNodes:
-    """Whole free nodes per cluster in id order; pinned groups' nodes are reserved up front."""
-
-    def __init__(self, topology: Topology, reserved: set[str] = frozenset()):  # type: ignore[assignment]
-        self.topology = topology
-        self.free = {c: [n.id for n in topology.nodes_in(cluster=c) if n.id not in reserved]
-                     for c in topology.clusters}
-
-    def take(self, cluster: str, count: int) -> list[str]:
-        if len(self.free[cluster]) < count:
-            raise RuntimeError(f"cluster {cluster} has no {count} free nodes left")
-        taken, self.free[cluster] = self.free[cluster][:count], self.free[cluster][count:]
-        return taken
-
-
-def materialize(model: PlanningModel, column: Column, free: FreeNodes) -> tuple[list[Member], list[str]]:
+def materialize(model: PlanningModel, column: Column, free: NodeAllocator) -> tuple[list[Member], list[str]]:
     """The column's members with concrete GPUs, and its nodes."""
     if column.candidate is not None:
         from weave_rl.planner.optimal import candidate_members
@@ -97,7 +82,7 @@ def materialize(model: PlanningModel, column: Column, free: FreeNodes) -> tuple[
     else:
         mapping = {}
         for n in group.nodes:
-            mapping[n] = free.take(model.topology.node(n).cluster, 1)[0]
+            mapping[n] = free.claim(model.topology.node(n).cluster, 1)[0]
     members = []
     for job in group.jobs:
         spec = model.jobs[job.name]
@@ -129,7 +114,7 @@ def group_timetable(model: PlanningModel, members: list[Member], *, time_limit_s
 def column_timetable(model: PlanningModel, column: Column, *, time_limit_s: float, threads: int = 1) -> Timetable:
     """``group_timetable`` of the column's group laid out on free nodes (which nodes of its clusters
     it gets changes no timetable)."""
-    members, _ = materialize(model, column, FreeNodes(model.topology))
+    members, _ = materialize(model, column, NodeAllocator(model.topology))
     return group_timetable(model, members, time_limit_s=time_limit_s, threads=threads)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import chain_offsets
-from weave_rl.planner.roundrobin import Member, PhaseTime
+from weave_rl.planner.roundrobin import Member, PhaseTime, gpu_users
 from weave_rl.planner.rules import meets_slo
 from weave_rl.topology.topology import node_of
 
@@ -93,11 +93,7 @@ def _run(model: PlanningModel, members: Sequence[Member], phases: Mapping[str, M
                 instances.append((k * cycle_s + times["rollout"].start_s + rel[kind], _ORDER[kind], m.job.name, k, kind))
     instances.sort()
     by_name = {m.job.name: m for m in members}
-    holders: dict[str, set] = {}
-    for m in members:
-        for kind in ("rollout", "train"):
-            for gpu in m.gpus(kind):
-                holders.setdefault(gpu, set()).add((m.job.name, kind))
+    holders = gpu_users(members)
     free: dict[str, tuple[float, tuple[str, str]]] = {}  # GPU -> (free at, last (job, role))
     end: dict[tuple[str, int, str], float] = {}
     for _, _, name, k, kind in instances:

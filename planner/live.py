@@ -27,10 +27,11 @@ Phases = dict[str, dict[str, PhaseTime]]  # job -> phase -> (start, duration)
 class NodeAllocator:
     """Whole free nodes of each cluster, handed out in id order and never twice."""
 
-    def __init__(self, topology: Topology):
+    def __init__(self, topology: Topology, reserved: Iterable[str] = ()):
         self.topology = topology
         self._free = {name: [n.id for n in topology.nodes_in(cluster=name)] for name in topology.clusters}
         self._order = {node_id: i for nodes in self._free.values() for i, node_id in enumerate(nodes)}
+        self.take(reserved)
 
     def free(self, cluster: str) -> int:
         return len(self._free[cluster])
@@ -39,6 +40,14 @@ class NodeAllocator:
         """The next ``count`` free nodes after ``skip`` of them, or None when there are too few."""
         nodes = self._free[cluster][skip:skip + count]
         return nodes if len(nodes) == count else None
+
+    def claim(self, cluster: str, count: int) -> list[str]:
+        """The next ``count`` free nodes, taken."""
+        nodes = self.peek(cluster, count)
+        if nodes is None:
+            raise RuntimeError(f"cluster {cluster} has no {count} free nodes left")
+        self.take(nodes)
+        return nodes
 
     def take(self, nodes: Iterable[str]) -> None:
         for node in nodes:

@@ -33,7 +33,6 @@ class Replan:
     kept: str | None = None  # why the plan in force was kept instead of the new solve's
 
 
-
 class OnlinePlanner(AdmissionPlanner):
     """Admission, release and re-optimization of a live plan."""
 
@@ -46,6 +45,9 @@ class OnlinePlanner(AdmissionPlanner):
         topology's $/h, more than any move saves. A job in ``unstarted`` (placed, not started yet)
         moves for free."""
         before = self.plan
+
+        def unchanged(why: str | None = None) -> Replan:  # the plan in force stays
+            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour, kept=why)
         names = set(jobs.names)
         for name in [m.job.name for g in list(self.groups.values()) for m in g.members]:
             if name not in names:
@@ -68,21 +70,19 @@ class OnlinePlanner(AdmissionPlanner):
                                   threads=threads, solver=solver, pinned=pinned, extra=charge)
             new_plan = result.plan
         except NoPlanInTime:
-            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour)
+            return unchanged()
         dropped = sorted(set(current.jobs) - set(new_plan.jobs))
         if dropped:
             # Switching would stop a running job for good (e.g. a refit tightened another job's SLO
             # on a topology with no room left, or the solve ran out of time): keep what runs.
-            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour,
-                          kept=f"the new one leaves {', '.join(dropped)} unplaced")
+            return unchanged(f"the new one leaves {', '.join(dropped)} unplaced")
         moved = sorted(jp.name for g in new_plan.groups for jp in g.jobs
                        if jp.name in old and _gpus_of(jp) != old[jp.name])
         if (new_plan.cost_usd_per_hour + sum(charge[name] for name in moved) >= current.cost_usd_per_hour - 1e-9
                 and set(current.jobs) == names and not check_plan(current, self.topology, jobs)):
             # A solve cut short returns its fallback (the weave plan, every job moved) or a plan no
             # cheaper than what runs: moving jobs to it would pay migrations for nothing.
-            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour,
-                          kept="the new one saves less than its moves cost")
+            return unchanged("the new one saves less than its moves cost")
         loaded = dict(self.link_load)
         self.reset(jobs, new_plan, "<replan>")
         over = [pair for pair, share in sorted(self.link_load.items()) if self.link_budget is not None
@@ -92,8 +92,7 @@ class OnlinePlanner(AdmissionPlanner):
             # budget, and so does a replan: past it, syncs queue and stretch iterations past SLOs.
             self.reset(jobs, current, "<replan>")
             a, b = over[0]
-            return Replan(self.plan, [], before.cost_usd_per_hour, self.plan.cost_usd_per_hour,
-                          kept=f"the new one loads the {a}-{b} link over {100 * self.link_budget:.0f}%")
+            return unchanged(f"the new one loads the {a}-{b} link over {100 * self.link_budget:.0f}%")
         return Replan(new_plan, moved, before.cost_usd_per_hour, new_plan.cost_usd_per_hour)
 
 

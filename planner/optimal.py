@@ -112,6 +112,12 @@ def sync_estimate(model: PlanningModel, job: JobSpec, train: PhaseOption, rollou
     return ceil_ms(model.sync_s(job, train_gpus, rollout_gpus))
 
 
+def own_loop_s(model: PlanningModel, job: JobSpec, train: PhaseOption, rollout: PhaseOption) -> float:
+    """The job's own loop per cycle on these options (rollout, train and sync, over its staleness):
+    no cycle of a group holding it is shorter (rule 1 of planner/rules.py)."""
+    return (rollout.duration_s + train.duration_s + sync_estimate(model, job, train, rollout)) / (1 + job.max_staleness)
+
+
 def _first_gpus(topo: Topology, cluster: str, count: int, skip_nodes: int) -> list[str]:
     """The first ``count`` GPUs of the cluster's nodes after the first ``skip_nodes`` ([] if too few)."""
     gpus: list[str] = []
@@ -169,9 +175,7 @@ class CandidateBuilder:
         key = (j, id(train), id(rollout))
         hit = self._loops.get(key)
         if hit is None:
-            job = self.jobs[j]
-            total = rollout.duration_s + train.duration_s + sync_estimate(self.model, job, train, rollout)
-            hit = self._loops[key] = (train, rollout, total / (1 + job.max_staleness))
+            hit = self._loops[key] = (train, rollout, own_loop_s(self.model, self.jobs[j], train, rollout))
         return hit[2]
 
     def build(self) -> list[Candidate]:
@@ -298,7 +302,7 @@ class CandidateBuilder:
 def candidate_members(model: PlanningModel, cand: Candidate, alloc) -> tuple[list[Member], list[str]]:
     topo = model.topology
     pool = cand.pool
-    train_nodes = alloc.take(pool.cluster, pool.nodes)
+    train_nodes = alloc.claim(pool.cluster, pool.nodes)
     train_gpus = {}
     for i, (train, first) in enumerate(zip(cand.trains, cand.train_offsets)):
         train_gpus[i] = [g for n in train_nodes[first:] for g in topo.node(n).gpu_ids][:train.gpus]
@@ -306,7 +310,7 @@ def candidate_members(model: PlanningModel, cand: Candidate, alloc) -> tuple[lis
     rollout_gpus: dict[int, list[str]] = {}
     for cls in cand.classes:
         opts = [cand.rollouts[i] for i in cls]
-        cls_nodes = alloc.take(opts[0].cluster, max(o.nodes for o in opts))
+        cls_nodes = alloc.claim(opts[0].cluster, max(o.nodes for o in opts))
         nodes += cls_nodes
         for i in cls:
             first = cand.offsets[i]

@@ -58,9 +58,10 @@ from weave_rl.planner.check import check_plan, format_violations
 from weave_rl.planner.colgen import (IntegerResult, LpMaster, LpTrouble, max_groups, price_greedy,
                             reject_penalty, solve_integer)
 from weave_rl.planner.colocated import SharedPools, colocated_options, shared_pools
-from weave_rl.planner.columns import (Column, FreeNodes, Incumbent, column_timetable, exact_timetable, group_timetable,
+from weave_rl.planner.columns import (Column, Incumbent, column_timetable, exact_timetable, group_timetable,
                                       materialize, template_column)
 from weave_rl.planner.lns import search
+from weave_rl.planner.live import NodeAllocator
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import fits_cap
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
@@ -162,8 +163,7 @@ class _Solve:
     exclusive: list[list[int]] = field(default_factory=list)  # pinned columns holding the same node
     banned: set[int] = field(default_factory=set)  # columns the master may not choose
     unsure: set[int] = field(default_factory=set)  # columns banned without a proof that they have no timetable
-    priced_out: set[int] = field(default_factory=set)  # columns it skips at first (see _price_out)
-    whole: bool = True  # the master is solved over every column that may improve its hint (else the search only)
+    whole: bool = True  # the master is solved over every column (else the neighbourhood search only)
     support: dict[int, list[int]] = field(default_factory=dict)  # job -> the LP's columns: the search's neighbourhoods
     master: IntegerResult | None = None
     early: Plan | None = None  # the best plan mended after a failed verification
@@ -197,7 +197,7 @@ class _Solve:
         return Incumbent(chosen, [j for j in self.job_ids if j not in covered])
 
     def objective(self, plan: Incumbent) -> float:
-        return _objective(self.columns, plan, self.penalty)
+        return sum(self.columns[i].objective for i in plan.columns) + self.penalty * len(plan.rejected)
 
     def offer(self, plan: Incumbent) -> None:
         """``plan`` becomes the hint when it is the first or cheaper."""
@@ -292,13 +292,15 @@ def _solve_lp(s: _Solve) -> None:
 
 
 def _prepare_master(s: _Solve, solver: str) -> None:
-    """The master's solver, its hint (the LP's dives, merged, or the LP rounded, when cheaper), the
-    columns it may skip, and the LP's support for the neighbourhood search."""
+    """The master's solver, its hint (the LP's dives, merged, or the LP rounded, when cheaper) and
+    the LP's support for the neighbourhood search."""
     s.exclusive = _shared_nodes(s.columns)
     # Measured in bench/planner_scale.py: CBC's LP-based search suits large masters with a tight
     # LP; CP-SAT solves small complete enumerations exactly.
     s.solver = ("pulp" if s.large else "cpsat") if solver == "auto" else solver
-    s.whole = not s.large
+    # A large master is solved whole when CBC can take its columns and its LP settled (an LP that has
+    # not guides CBC poorly: the neighbourhood search does better).
+    s.whole = not s.large or (len(s.columns) <= WHOLE_MASTER and s.lagrangian is not None)
     state = s.lp_state
     if state is None:
         return
@@ -308,17 +310,11 @@ def _prepare_master(s: _Solve, solver: str) -> None:
         if s.objective(dived) < s.objective(rounded):
             rounded = dived
     s.say(f"rounded LP: ${s.objective(rounded):,.2f}")
-    merged = _merge_dives(s.columns, state, s.job_ids, s.topo, s.penalty, s.exclusive, s.threads)
+    merged = _merge_dives(s, state)
     if merged is not None and s.objective(merged) < s.objective(rounded) - 1e-6:
         rounded = merged
         s.say(f"dives merged: ${s.objective(rounded):,.2f}")
     s.offer(rounded)
-    if s.large:  # small complete enumerations keep every column: their master is exact
-        # An LP that has not settled guides CBC poorly: the neighbourhood search does better.
-        s.whole = len(s.columns) <= WHOLE_MASTER and s.lagrangian is not None
-        if s.whole:
-            s.priced_out = _price_out(s.columns, state, s.objective(s.hint), s.hint)
-            s.banned |= s.priced_out
     for i, v in enumerate(state.x):
         if v > 1e-6:
             for j in s.columns[i].jobs:
@@ -634,10 +630,6 @@ def _candidate_column(cand, charge: Mapping[int, float]) -> Column:
                   extra=round(sum(charge.get(j, 0.0) for j in cand.jobs), 6))
 
 
-def _objective(columns: list[Column], inc: Incumbent, penalty: float) -> float:
-    return sum(columns[i].objective for i in inc.columns) + penalty * len(inc.rejected)
-
-
 def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpState | None"]:
     """Grow the columns by pricing until the LP is optimal, the bound meets it, or time runs out.
     Returns the best Lagrangian bound (None when no pricing was proven) and the LP with its dives.
@@ -803,8 +795,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
                              noise=0.0 if attempt == 0 else DIVE_NOISE, seed=attempt, usable=usable)
             if chosen is None:
                 break
-            covered = {j for i in chosen for j in columns[i].jobs}
-            cost = _objective(columns, Incumbent(chosen, [j for j in job_ids if j not in covered]), penalty)
+            cost = s.objective(s.incumbent(chosen))
             stale = stale + 1 if any(set(chosen) == set(d) for d in state.dives) else 0
             if not stale:
                 state.dives.append(chosen)
@@ -834,7 +825,7 @@ def _has_timetable(model: PlanningModel, column: Column, deadline: float) -> boo
     None when that is not decided in time."""
     if time.perf_counter() >= deadline:
         return None
-    members, _ = materialize(model, column, FreeNodes(model.topology))
+    members, _ = materialize(model, column, NodeAllocator(model.topology))
     tt = exact_timetable(model, members, time_limit_s=EXACT_CHECK_S, threads=1, least=False)
     return tt.ok or (None if tt.status != "INFEASIBLE" else False)
 
@@ -847,11 +838,6 @@ class LpState:
     x: list[float]
     dive: list[int] | None = None  # columns of an integral solution found by diving
     dives: list[list[int]] = field(default_factory=list)  # every dive's plan
-
-
-def _reduced_cost(column: Column, state: LpState) -> float:
-    return (column.objective - sum(state.pi[j] for j in column.jobs)
-            - sum(state.mu.get(c, 0.0) * n for c, n in column.nodes))
 
 
 def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -> Incumbent:
@@ -895,59 +881,27 @@ def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -
     return Incumbent(chosen, [j for j in job_ids if j not in covered])
 
 
-def _merge_dives(columns: list[Column], state: "LpState", job_ids: list[int], topo, penalty: float,
-                 exclusive: list[list[int]], threads: int) -> Incumbent | None:
+def _merge_dives(s: _Solve, state: "LpState") -> Incumbent | None:
     """The cheapest plan over the columns of every dive and the LP's support (CP-SAT, within
     ``MERGE_S``): dives fix different columns first, and one dive's groups may complete another's.
     None with fewer than two dives or when CP-SAT found nothing in time."""
-    if len(state.dives) < 2 or len(columns) > WHOLE_MASTER:  # large masters: the neighbourhood search instead
+    if len(state.dives) < 2 or len(s.columns) > WHOLE_MASTER:  # large masters: the neighbourhood search instead
         return None
     pool = {i for dive in state.dives for i in dive} | {i for i, v in enumerate(state.x) if v > 1e-6}
-    plans = []
-    for dive in state.dives:
-        covered = {j for i in dive for j in columns[i].jobs}
-        plans.append(Incumbent(dive, [j for j in job_ids if j not in covered]))
-    merged = solve_integer(columns, job_ids, topo, allowed=sorted(pool), penalty=penalty,
-                           time_limit_s=MERGE_S, threads=threads, solver="cpsat", exclusive=exclusive,
-                           hint=min(plans, key=lambda plan: _objective(columns, plan, penalty)))
-    if merged.objective is None:
-        return None
-    return Incumbent(merged.chosen, merged.rejected)
-
-
-def _price_out(columns: list[Column], state: LpState, upper: float, hint: Incumbent) -> set[int]:
-    """Columns the integer master may ignore: a plan better than ``upper`` uses only columns of reduced
-    cost at most ``upper - LP - gain``.
-
-    ``gain``: a plan costs the LP value plus its columns' reduced costs, so a column is ruled out by
-    its own reduced cost only if no other column has a negative one. The dives price columns after
-    the LP was solved, which may have; each job lies in one column of a plan, so together they lower
-    a plan's cost by at most the sum over jobs of the least per-member share of a negative reduced cost."""
-    rc = {i: _reduced_cost(col, state) for i, col in enumerate(columns)}
-    share: dict[int, float] = {}
-    for i, r in rc.items():
-        if r < 0:
-            for j in columns[i].jobs:
-                share[j] = min(share.get(j, 0.0), r / len(columns[i].jobs))
-    slack = upper - state.value - sum(share.values())
-    singles = {i for i, col in enumerate(columns) if len(col.jobs) == 1}
-    keep = {i for i, r in rc.items() if r <= slack + 1e-6} | set(hint.columns) | singles
-    return {i for i in rc if i not in keep}
+    merged = solve_integer(s.columns, s.job_ids, s.topo, allowed=sorted(pool), penalty=s.penalty,
+                           time_limit_s=MERGE_S, threads=s.threads, solver="cpsat", exclusive=s.exclusive,
+                           hint=min(map(s.incumbent, state.dives), key=s.objective))
+    return None if merged.objective is None else Incumbent(merged.chosen, merged.rejected)
 
 
 def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
-    """The master's verified plan improved over every column it may use, the priced-out ones too
-    (planner/lns.py), each improvement only with a timetable for every new group; the plan returned
-    is laid out in ``s.verified``. With threads to spare, one search per thread in forked processes
-    (the search is pure Python but for small CP-SAT models)."""
+    """The master's verified plan improved over every column it may use (planner/lns.py), each
+    improvement only with a timetable for every new group; the plan returned is laid out in
+    ``s.verified``."""
     model, columns = s.model, s.columns
     start = Incumbent(list(master.chosen), list(master.rejected), master.objective)
-    # While column generation goes on in the background, the search leaves it a thread: on 300 Hetero
-    # jobs s3 it then completes two pricings, not one (bound $8,666 against $8,440), and on 300 RH jobs
-    # one search in process ended 1.2 % cheaper than two forked ones.
-    workers = max(1, s.threads - 1) if s.proof is not None and s.proof[0].is_alive() else s.threads
-    better = search(columns, s.job_ids, model.topology, start, banned=s.banned - s.priced_out, penalty=s.penalty,
-                    deadline=s.budget.deadline, exclusive=s.exclusive, support=s.support, workers=workers,
+    better = search(columns, s.job_ids, model.topology, start, banned=s.banned, penalty=s.penalty,
+                    deadline=s.budget.deadline, exclusive=s.exclusive, support=s.support,
                     seed=s.result.master_solves, known=s.timetables,
                     decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s))
     if better.objective >= master.objective - 1e-6:
@@ -966,7 +920,7 @@ def _verify(model, columns, chosen, verified, banned, deadline, threads, timetab
     failed, or None when time ran out first. A column's timetable does not depend on which
     nodes of its clusters it gets, so ``timetables`` keeps it across master solves."""
     reserved = {n for i in chosen if columns[i].pinned for n in columns[i].template.nodes}
-    free = FreeNodes(model.topology, reserved)
+    free = NodeAllocator(model.topology, reserved)
     verified.clear()  # nodes laid out for an earlier master's plan may clash with this one's
     failed: list[int] = []
     order = sorted(chosen, key=lambda i: not columns[i].pinned)
@@ -1007,9 +961,9 @@ def _simple_bound(model: PlanningModel, job_ids: list[int], max_group_size: int)
 
 def _bound(s: _Solve, lost: list[int], cost: float) -> tuple[float, str | None]:
     """The plan's lower bound (see the module's docstring), and what its note says about it."""
-    # A master's own bound holds for the columns it saw only: not after columns were priced out, or
-    # banned without a proof that they have no timetable.
-    master = s.master.bound if s.master is not None and s.result.mode == "enumerate" and not s.priced_out \
+    # A master's own bound holds for the columns it saw only: not after columns were banned without
+    # a proof that they have no timetable.
+    master = s.master.bound if s.master is not None and s.result.mode == "enumerate" \
         and s.pools_complete and not s.banned & s.unsure else None
     bounds = [b for b in (master, s.lp_bound()) if b is not None]
     note = None if bounds else "column generation proved no bound in time: the bound is the work or packing bound"

@@ -23,7 +23,7 @@ from weave_rl.planner.colocated import colocated_layouts
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.live import HostMemory
 from weave_rl.planner.rules import SLO_TOL as TOL, meets_slo, member_cap
-from weave_rl.planner.optimal import PhaseOption, phase_options, sync_estimate
+from weave_rl.planner.optimal import own_loop_s, phase_options
 from weave_rl.planner.plan import GroupPlan
 from weave_rl.planner.roundrobin import Member, round_robin_timetable
 from weave_rl.profiles.jobs import JobSpec
@@ -69,7 +69,7 @@ def _alone_layouts(model: PlanningModel, job: JobSpec) -> list[_Alone]:
             gpus: dict[str, int] = {}
             for opt in (o, t):
                 gpus[opt.cluster] = gpus.get(opt.cluster, 0) + opt.gpus
-            loop = (o.duration_s + t.duration_s + sync_estimate(model, job, t, o)) / (1 + job.max_staleness)
+            loop = own_loop_s(model, job, t, o)
             problem = _width(model, gpus)
             if problem is None and not meets_slo(loop, cap):
                 problem = f"alone its loop takes {loop:.1f} s, above its cap {_cap_text(model, job)}"
@@ -139,7 +139,7 @@ def _sharing(model: PlanningModel, job: JobSpec, groups: Sequence[GroupPlan], ma
     open_ = [g for g in near if len(g.jobs) < max_group_size]
     if not open_:
         return f"every placed group of its GPU types is full ({max_group_size} jobs)"
-    own = min(_loop(job, o, t, model) for o in phase_options(model, job, "rollout")
+    own = min(own_loop_s(model, job, t, o) for o in phase_options(model, job, "rollout")
               for t in phase_options(model, job, "train"))
     # A group's cycle is at least every member's own loop: a sure SLO break when that exceeds a cap.
     sure, maybe = [], []
@@ -160,10 +160,6 @@ def _sharing(model: PlanningModel, job: JobSpec, groups: Sequence[GroupPlan], ma
     if ratio <= 1 + TOL:
         return (f"it could share {_group_text(g)} ({text}), a group the planner did not verify in its time")
     return f"sharing a placed group breaks an SLO (closest: {_group_text(g)}: the round robin gives {text})"
-
-
-def _loop(job: JobSpec, o: PhaseOption, t: PhaseOption, model: PlanningModel) -> float:
-    return (o.duration_s + t.duration_s + sync_estimate(model, job, t, o)) / (1 + job.max_staleness)
 
 
 def _member_loop(jp) -> float:

@@ -83,7 +83,7 @@ def round_robin_timetable(model: PlanningModel, members: Iterable[MemberLike]) -
     members = [as_member(m) for m in members]
     if not members:
         raise ValueError("a round-robin timetable needs at least one member")
-    line = _MetaIteration(model, _shared_gpus(members))
+    line = _MetaIteration(model, {gpu for gpu, roles in gpu_users(members).items() if len(roles) >= 2})
     for m in members:
         line.add(m)
     best = min((line, line.justified()), key=_MetaIteration.cycle)
@@ -92,14 +92,14 @@ def round_robin_timetable(model: PlanningModel, members: Iterable[MemberLike]) -
                               for name, ph in best.times.items()})
 
 
-def _shared_gpus(members: list[Member]) -> set[str]:
-    """GPUs hosting two or more distinct (job, role) phases: there every phase pays its warm switch."""
+def gpu_users(members: Iterable[Member]) -> dict[str, set[tuple[str, str]]]:
+    """Per GPU, the (job, role) phases that run on it: where two or more do, each pays its warm switch."""
     users: dict[str, set[tuple[str, str]]] = {}
     for m in members:
         for kind in GPU_PHASES:
             for gpu in m.gpus(kind):
                 users.setdefault(gpu, set()).add((m.job.name, kind))
-    return {gpu for gpu, roles in users.items() if len(roles) >= 2}
+    return users
 
 
 class _MetaIteration:
@@ -216,4 +216,4 @@ def group_plan(topology, name: str, members: Sequence[Member], phases: dict[str,
                      usd_per_hour=round(topology.cost_usd_per_hour(nodes), 6))
 
 
-__all__ = ["Member", "PhaseTime", "RoundRobin", "as_member", "group_plan", "round_robin_timetable"]
+__all__ = ["Member", "PhaseTime", "RoundRobin", "as_member", "gpu_users", "group_plan", "round_robin_timetable"]

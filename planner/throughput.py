@@ -29,7 +29,8 @@ from dataclasses import replace
 
 from weave_rl.core.errors import InputError
 from weave_rl.planner.colgen import solve_integer
-from weave_rl.planner.columns import Column, FreeNodes, materialize, template_column
+from weave_rl.planner.columns import Column, materialize, template_column
+from weave_rl.planner.live import NodeAllocator
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import (CandidateBuilder, EnumerationBudget, _admissible, group_plan)
 from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, SolverInfo
@@ -77,7 +78,7 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
     valued: list[tuple[Column, Timetable, float]] = []
     unproven = 0
     for col in columns:
-        members, _ = materialize(model, col, FreeNodes(topo))
+        members, _ = materialize(model, col, NodeAllocator(topo))
         left = deadline - time.perf_counter()
         if left <= 0:
             raise InputError("<command line>", "--time-limit", f"the throughput objective ran out of its "
@@ -93,7 +94,7 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
 
     chosen = _dinkelbach(valued, job_ids, topo, threads, say)
     # Decode: the chosen columns on distinct nodes (a timetable holds on any nodes of its clusters).
-    free = FreeNodes(topo)
+    free = NodeAllocator(topo)
     groups = []
     for n, i in enumerate(chosen):
         col, tt, _ = valued[i]

@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 
 from weave_rl.planner.cyclic import Cyclic, least_cycle
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.roundrobin import Member, PhaseTime
+from weave_rl.planner.roundrobin import Member, PhaseTime, gpu_users
 
 MS = 1000  # CP-SAT time unit: milliseconds
 
@@ -59,16 +59,10 @@ def phase_durations_ms(model: PlanningModel, member: Member) -> dict[str, int]:
 
 def shared_resources(members: list[Member]) -> dict[frozenset, list[tuple[str, str]]]:
     """GPUs grouped by the set of (job, role) phases that use them; only sets of two or more matter."""
-    users: dict[str, set[tuple[str, str]]] = {}
-    for m in members:
-        for kind, gpus in (("rollout", m.rollout_gpus), ("train", m.train_gpus)):
-            for g in gpus:
-                users.setdefault(g, set()).add((m.job.name, kind))
     classes: dict[frozenset, list[tuple[str, str]]] = {}
-    for phases in users.values():
+    for phases in gpu_users(members).values():
         if len(phases) >= 2:
-            key = frozenset(phases)
-            classes.setdefault(key, sorted(phases))
+            classes.setdefault(frozenset(phases), sorted(phases))
     return classes
 
 

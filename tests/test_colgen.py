@@ -7,6 +7,7 @@ Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,8 +19,8 @@ from weave_rl.planner.colgen import LpMaster, max_groups, price_greedy, reject_p
 from weave_rl.planner.columns import template_column
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
-from weave_rl.planner.columns import Column, Incumbent
-from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _merge_dives, _price_out, _round_lp, _singletons,
+from weave_rl.planner.columns import Column
+from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _Solve, _merge_dives, _round_lp, _singletons,
                               plan_optimal)
 from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
@@ -207,6 +208,14 @@ def test_dive_fixes_only_the_columns_it_may_use():
     assert sorted(j for i in chosen for j in lp.columns[i].jobs) == sorted(lp.job_ids)
     assert refused & set(asked) and refused & set(asked) <= lp.closed
 
+def solve_state(columns: list[Column]) -> _Solve:
+    """A solve's state over four jobs of the test bed holding ``columns`` (what merging dives reads)."""
+    s = _Solve(model=SimpleNamespace(topology=TESTBED), budget=None, threads=1, say=print, max_group_size=5,
+               job_ids=[0, 1, 2, 3], refused=[], index={}, charge={}, penalty=reject_penalty(TESTBED), result=None)
+    s.columns = columns
+    return s
+
+
 def test_merging_dives_combines_their_groups():
     # Two dives of $22 each: {0,1} at $10 with {2,3} at $12, and {0,1} at $12 with {2,3} at $10.
     # Their merge takes the cheaper group of each pair: $20.
@@ -214,22 +223,10 @@ def test_merging_dives_combines_their_groups():
     columns = [Column((0, 1), node, 10.0), Column((2, 3), node, 12.0), Column((0, 1), node, 12.0),
                Column((2, 3), node, 10.0), Column((0, 2), node, 1.0)]  # the last one in no dive, not in the LP
     state = LpState(0.0, {}, {}, x=[0.5, 0.5, 0.5, 0.5, 0.0], dives=[[0, 1], [2, 3]])
-    merged = _merge_dives(columns, state, [0, 1, 2, 3], TESTBED, reject_penalty(TESTBED), [], threads=1)
+    merged = _merge_dives(solve_state(columns), state)
     assert sorted(merged.columns) == [0, 3] and merged.rejected == []
     state.dives = state.dives[:1]
-    assert _merge_dives(columns, state, [0, 1, 2, 3], TESTBED, reject_penalty(TESTBED), [], threads=1) is None
-
-
-def test_price_out_keeps_columns_that_pair_with_a_negative_reduced_cost():
-    # LP $40 with duals $10 per job. The hint {0,1,2,3} costs $40. {0,1} at $14 (reduced cost -6,
-    # priced after the LP) with {2,3} at $22 (reduced cost +2) costs $36: {2,3} must stay although its
-    # reduced cost exceeds upper - LP = 0. Slack: 0 + 3 + 3 (jobs 0 and 1's shares of -6) = 6, so
-    # {0,1,2,3} at $47 (reduced cost 7) goes.
-    node = (("rollout", 1),)
-    columns = [Column((0, 1, 2, 3), node, 40.0), Column((0, 1), node, 14.0), Column((2, 3), node, 22.0),
-               Column((0, 1, 2, 3), node, 47.0)]
-    state = LpState(40.0, {j: 10.0 for j in range(4)}, {}, x=[1.0, 0.0, 0.0, 0.0])
-    assert _price_out(columns, state, 40.0, Incumbent([0], [])) == {3}
+    assert _merge_dives(solve_state(columns), state) is None
 
 
 def test_column_generation_stops_near_the_lp_and_still_collects_near_columns():

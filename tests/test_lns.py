@@ -74,10 +74,8 @@ def test_never_dearer_than_the_start_and_stops_at_the_deadline():
     assert sorted(best.columns) == [0, 1, 2, 3] and best.objective == pytest.approx(40.0)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_search_takes_only_decided_columns_and_keeps_the_bans(workers):
-    # Pair (0, 1) has no timetable. With two workers, two forked searches per epoch: the parent
-    # learns of the pair's verdict from a worker (banned, its verdict kept); the best plan uses pair (2, 3).
+def test_a_search_takes_only_decided_columns_and_keeps_the_bans():
+    # Pair (0, 1) has no timetable: banned, its verdict kept; the best plan uses pair (2, 3).
     from weave_rl.planner.lns import search
     from weave_rl.planner.timetable import Timetable
 
@@ -87,7 +85,7 @@ def test_a_search_takes_only_decided_columns_and_keeps_the_bans(workers):
     columns = master([(0, 1), (2, 3)])
     banned, timetables = set(), {}
     best = search(columns, list(range(4)), TESTBED, Incumbent([0, 1, 2, 3], [], 40.0), banned=banned,
-                  penalty=PENALTY, deadline=time.perf_counter() + 2.5, exclusive=[], support={}, workers=workers, seed=0,
+                  penalty=PENALTY, deadline=time.perf_counter() + 2.5, exclusive=[], support={}, seed=0,
                   decide=decide, known=timetables)
     assert sorted(best.columns) == [0, 1, 5]
     assert best.objective == pytest.approx(32.0)
