@@ -10,6 +10,7 @@ timetable (planner/timetable.py) gives each combination's cycle; the shortest on
 from __future__ import annotations
 
 import itertools
+import math
 import time
 
 from weave_rl.planner.model import PlanningModel
@@ -62,7 +63,7 @@ def plan_min_iteration(model: PlanningModel, *, time_limit_s: float = 60.0, thre
     nodes = sorted({node_of(g) for m in members for g in (*m.rollout_gpus, *m.train_gpus)})
     group = group_plan(model, "g0", members, nodes, tt)
     wall = time.perf_counter() - started
-    exhausted = complete and tried == _count(per_job)
+    exhausted = complete and tried == min(math.prod(len(pairs) for pairs in per_job), MAX_COMBINATIONS)
     solver = SolverInfo(name="cpsat", status="OPTIMAL" if exhausted and tt.status == "OPTIMAL" else "FEASIBLE",
                         wall_s=round(wall, 3), objective=tt.cycle_s, bound=round(lower, 3),
                         gap=round((tt.cycle_s - lower) / tt.cycle_s, 6),
@@ -72,9 +73,3 @@ def plan_min_iteration(model: PlanningModel, *, time_limit_s: float = 60.0, thre
                 cost_usd_per_hour=round(topo.cost_usd_per_hour(nodes), 6), solver=solver, groups=[group],
                 rejected=rejected, elastic=DEFAULT_ELASTIC)
 
-
-def _count(per_job: list[list]) -> int:
-    n = 1
-    for pairs in per_job:
-        n *= len(pairs)
-    return min(n, MAX_COMBINATIONS)

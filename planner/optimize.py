@@ -231,8 +231,14 @@ def _add_templates(s: _Solve, start: Plan | None, pinned: Sequence[GroupPlan]) -
     so the result is never worse than either; the pinned groups; every job's single-job layouts
     that candidates do not express. A previous plan's and the pinned groups met other profiles:
     only those whose timetable still meets every SLO enter."""
-    sources = _template_sources(s.model, s.max_group_size, start)
-    s.heuristic = sources[0][1]
+    from weave_rl.planner.baselines import plan_weave
+
+    s.heuristic = plan_weave(s.model, max_group_size=s.max_group_size)
+    sources = [(True, s.heuristic)]  # (trusted, plan): a previous plan's groups met other profiles
+    if start is not None:
+        known = set(s.model.jobs.names)
+        sources.append((False, start.model_copy(update={"groups": [
+            g for g in start.groups if all(j.name in known for j in g.jobs)]})))
     for trusted, source in sources:
         chosen = []
         for group in source.groups:
@@ -556,19 +562,6 @@ def _worse(plan: Plan, other: Plan) -> bool:
     return (len(plan.rejected), plan.cost_usd_per_hour) > (len(other.rejected), other.cost_usd_per_hour)
 
 
-def _template_sources(model: PlanningModel, max_group_size: int, start: Plan | None) -> list[tuple[bool, Plan]]:
-    """(trusted, plan): the weave heuristic's plan, made for this model, and the previous plan, whose
-    groups are checked against the current profiles before use."""
-    from weave_rl.planner.baselines import plan_weave
-
-    sources = [(True, plan_weave(model, max_group_size=max_group_size))]
-    if start is not None:
-        known = set(model.jobs.names)
-        groups = [g for g in start.groups if all(j.name in known for j in g.jobs)]
-        sources.append((False, start.model_copy(update={"groups": groups})))
-    return sources
-
-
 def _shared_nodes(columns: list[Column]) -> list[list[int]]:
     """Pinned columns that hold the same physical node: at most one of each set may be chosen."""
     holders: dict[str, list[int]] = {}
@@ -679,8 +672,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
                 break
             fresh = []
             if greedy:
-                fresh = [c for c in (_candidate_column(cand, charge)
-                                     for cand in price_greedy(builder, pi, mu, extra=charge)) if add(c)]
+                fresh = added(price_greedy(builder, pi, mu, extra=charge))
                 greedy = len(fresh) >= 10  # once the heuristic dries up, the exact search takes over
             how = "greedy"
             if not fresh:  # search exactly, stopping early while columns abound
@@ -767,8 +759,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
         # Fixing a few disjoint columns per round (one per 25 jobs) keeps large LPs within the time.
         def dive_price(pi, mu, taken):
             pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
-            return [c for c in (_candidate_column(cand, charge) for cand in price_greedy(builder, pi, mu, extra=charge))
-                    if add(c)]
+            return added(price_greedy(builder, pi, mu, extra=charge))
         # Then dive again from the same LP with the ranking perturbed (the columns priced so far
         # stay); every plan is kept, the master merges them. A master solved whole (at most
         # WHOLE_MASTER columns) leans on these plans for all the dive's time; a larger one for a
