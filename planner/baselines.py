@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import inadmissible
@@ -124,9 +124,6 @@ class _Book(LivePlan):
                                      + self.model.max_switch_s(job, "train", list(gpus)))
         return self._train_busy[key]
 
-    def reject(self, job: JobSpec, reason: str) -> None:
-        self.rejected.append(Rejection(name=job.name, reason=reason))
-
     def timetable(self, members: list[Member]) -> RoundRobin:
         """The round-robin timetable, or ``Unplaceable`` naming a member whose SLO it misses."""
         rr = round_robin_timetable(self.model, members)
@@ -136,9 +133,6 @@ class _Book(LivePlan):
                 raise Unplaceable(f"iteration {rr.cycle_s:.1f} s would exceed {m.job.name}'s SLO "
                                   f"({m.job.slo:g} x solo {solo:.1f} s = {m.job.slo * solo:.1f} s)")
         return rr
-
-    def cost(self, nodes: Iterable[str]) -> float:
-        return sum(self.topology.node_usd_per_hour(n) for n in nodes)
 
     def fits(self, member: Member) -> None:
         """``Unplaceable`` when the member's state would overflow a node's host memory."""
@@ -178,7 +172,7 @@ def _plan_each(model: PlanningModel, place: Callable[[_Book, JobSpec], None]) ->
             _admissible(book, job)
             place(book, job)
         except Unplaceable as exc:
-            book.reject(job, str(exc))
+            book.rejected.append(Rejection(name=job.name, reason=str(exc)))
     return book
 
 
@@ -329,10 +323,10 @@ def _weave_candidates(book: _Book, job: JobSpec, max_group_size: int):
             except Unplaceable as exc:
                 yield exc
                 continue
-            yield _Candidate(book.cost(draft.nodes), rank, index, member, draft, rr)
+            yield _Candidate(book.topology.cost_usd_per_hour(draft.nodes), rank, index, member, draft, rr)
     try:
         draft, member = _fresh_member(book, job)
-        yield _Candidate(book.cost(draft.nodes), ISOLATED, len(book.groups), member, draft,
+        yield _Candidate(book.topology.cost_usd_per_hour(draft.nodes), ISOLATED, len(book.groups), member, draft,
                          book.timetable([member]))
     except Unplaceable as exc:
         yield exc
