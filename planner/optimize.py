@@ -304,8 +304,8 @@ def _prepare_master(s: _Solve, solver: str) -> None:
     # Measured in bench/planner_scale.py: CBC's LP-based search suits large masters with a tight
     # LP; CP-SAT solves small complete enumerations exactly.
     s.solver = ("pulp" if s.large else "cpsat") if solver == "auto" else solver
-    # A large master is solved whole when CBC can take its columns and its LP settled (an LP that has
-    # not guides CBC poorly: the neighbourhood search does better).
+    # A large master is solved whole when CBC can take its columns and its LP has settled (an
+    # unsettled LP guides CBC poorly: the neighbourhood search does better).
     s.whole = not s.large or (len(s.columns) <= WHOLE_MASTER and s.lagrangian is not None)
     state = s.lp_state
     if state is None:
