@@ -645,6 +645,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
     # model proves a bound of it.
     mixed = False
     covers = builder.uniform_pools()
+    uniform_settled = None  # the duals at which no group of one count improves
     # Groups of mixed counts are in the LP (its bound is the model's) but closed to its dives and to
     # the integer master until a timetable is found: the candidate rules are looser for them (on 100
     # Hetero jobs CP-SAT proved several infeasible or could not decide them, and the master's plans
@@ -677,7 +678,8 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
             how = "greedy"
             if not fresh:  # search exactly, stopping early while columns abound
                 pr = price_exact(builder, pi, mu, extra=charge, deadline=deadline, stop_after=300, rotation=rotation,
-                                 pool=pool, mixed=mixed, per_leader=PER_LEADER)
+                                 pool=pool, mixed=mixed, per_leader=PER_LEADER,
+                                 only_mixed=uniform_settled is not None and (pi, mu) == uniform_settled)
                 if pr.proven and covers:
                     best = max(best, value + max(k_groups * pr.rc_lower_bound, pr.rc_sum_bound or -math.inf))
                 fresh = added(pr.columns)
@@ -686,6 +688,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
                     say(f"column generation {result.lp_iterations}: LP ${value:,.2f} optimal over pools of one "
                         "training GPU count; now pools of mixed counts too")
                     mixed = covers = True
+                    uniform_settled = (pi, mu)
                     continue
                 if not fresh and pr.proven:
                     best = max(best, value)

@@ -211,12 +211,13 @@ def test_narrow_members_take_one_node_each_of_a_wider_jobs_pools(nodes, enumerat
         assert len(nodes_of["s1"]) == len(nodes_of["s2"]) == 1 and nodes_of["s1"] != nodes_of["s2"]
 
 
-@pytest.mark.parametrize("mixed", [True, False])
-def test_pricing_finds_each_leaders_least_group_with_and_without_mixed_pools(mixed):
+@pytest.mark.parametrize("mixed, only_mixed", [(True, False), (False, False), (True, True)])
+def test_pricing_finds_each_leaders_least_group_with_and_without_mixed_pools(mixed, only_mixed):
     # Hetero jobs train on 8, 16 or 32 H800 GPUs, some with a choice. Over every pool the exact
     # pricing's least reduced cost per leader equals the enumeration's, groups whose members train
     # at different counts included; without mixed pools (column generation's first stage), the
-    # least over groups of one count.
+    # least over groups of one count; over mixed pools with the groups of one count known not to
+    # improve (its second stage's first round), the least over groups of mixed counts and single jobs.
     jobs = generate("Hetero", 8, 3)
     model = PlanningModel(TESTBED, jobs)
     _, ids = _admissible(model)
@@ -226,10 +227,16 @@ def test_pricing_finds_each_leaders_least_group_with_and_without_mixed_pools(mix
     cands = builder.build() + [c for spare in builder.reserve.values() for c in spare]
     assert builder.complete
     assert sum(1 for c in cands if len({t.gpus for t in c.trains}) > 1) >= 50
-    least = least_per_leader(builder, [c for c in cands if mixed or len({t.gpus for t in c.trains}) == 1], value)
-    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, mixed=mixed)
+
+    def searched(c) -> bool:
+        counts = len({t.gpus for t in c.trains})
+        return (mixed or counts == 1) and not (only_mixed and counts == 1 < len(c.jobs))
+
+    least = least_per_leader(builder, [c for c in cands if searched(c)], value)
+    priced = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, mixed=mixed,
+                         only_mixed=only_mixed)
     assert priced.proven
-    assert mixed or all(len({t.gpus for t in c.trains}) == 1 for c in priced.columns)
+    assert all(searched(c) for c in priced.columns)
     assert priced.rc_sum_bound == pytest.approx(sum(least.values()), abs=1e-5)
     assert min(c.cost - sum(value[j] for j in c.jobs) for c in priced.columns) == pytest.approx(min(least.values()))
 
