@@ -36,8 +36,8 @@ decided by the dives that would fix them.
 
 Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
 left, so the columns that complete a partial plan exist; more dives rank the fractional columns
-with seeded noise, and CP-SAT merges their plans for a master solved whole. A dive cut short is
-completed by rounding its last LP solution.
+with seeded noise, and the cheapest plan is the master's hint. A dive cut short is completed by
+rounding its last LP solution.
 
 Time: one budget shared by the one table in planner/budget.py. When no plan is verified in time, or
 the independent checker (planner/check.py) rejects the plan, ``NoPlanInTime`` (the API then falls
@@ -92,9 +92,6 @@ SMALL_MASTER = 3_000
 WHOLE_MASTER = 8_000
 DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
 STALE_DIVES = 10  # dives stop after this many in a row found only plans found before
-# The dives' plans merged: CP-SAT over the union of their columns and the LP's support picks the
-# best combination (100 RH jobs s3: 7 dives of $1,920.88 at best merged into $1,878.64, in 0.06 s).
-MERGE_S = 1.0
 EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
 
@@ -298,7 +295,7 @@ def _solve_lp(s: _Solve) -> None:
 
 
 def _prepare_master(s: _Solve, solver: str) -> None:
-    """The master's solver, its hint (the LP's dives, merged, or the LP rounded, when cheaper) and
+    """The master's solver, its hint (the LP's best dive, or the LP rounded, when cheaper) and
     the LP's support for the neighbourhood search."""
     s.exclusive = _shared_nodes(s.columns)
     # Measured in bench/planner_scale.py: CBC's LP-based search suits large masters with a tight
@@ -316,10 +313,6 @@ def _prepare_master(s: _Solve, solver: str) -> None:
         if s.objective(dived) < s.objective(rounded):
             rounded = dived
     s.say(f"rounded LP: ${s.objective(rounded):,.2f}")
-    merged = _merge_dives(s, state)
-    if merged is not None and s.objective(merged) < s.objective(rounded) - 1e-6:
-        rounded = merged
-        s.say(f"dives merged: ${s.objective(rounded):,.2f}")
     s.offer(rounded)
     for i, v in enumerate(state.x):
         if v > 1e-6:
@@ -397,7 +390,7 @@ def _mend(s: _Solve, master: IntegerResult, failed: list[int]) -> None:
     if len(chosen) < len(mended.groups) or s.objective(s.incumbent(chosen)) > s.objective(s.incumbent(kept)):
         chosen = kept
     # The hint so far stays when none of its groups failed and it is cheaper (100 Hetero jobs s1: the
-    # merged dives' $3,067.84 gave way to a dearer mended plan, and the next master ended at $3,122.72).
+    # dives' $3,067.84 gave way to a dearer mended plan, and the next master ended at $3,122.72).
     mended_hint = s.incumbent(chosen)
     if s.hint is None or s.banned.intersection(s.hint.columns) or s.objective(mended_hint) < s.objective(s.hint):
         s.hint = mended_hint
@@ -764,9 +757,9 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
             pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
             return added(price_greedy(builder, pi, mu, extra=charge))
         # Then dive again from the same LP with the ranking perturbed (the columns priced so far
-        # stay); every plan is kept, the master merges them. A master solved whole (at most
-        # WHOLE_MASTER columns) leans on these plans for all the dive's time; a larger one for a
-        # third of it, as its neighbourhood search improves plans faster than more dives.
+        # stay); the cheapest plan is the master's hint. A master solved whole (at most
+        # WHOLE_MASTER columns) dives for all the dive's time; a larger one for a third of it, as
+        # its neighbourhood search improves plans faster than more dives.
         end, per = time.perf_counter() + dive_s, max(1 + len(lp.columns) // 8000, len(job_ids) // 60)
         # A dive fixes only groups with a timetable (the candidate rules are looser than the
         # timetables: 300 Hetero jobs s2, five groups of one count in the dive's plan had none, and
@@ -782,7 +775,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
                 if timetabled[i] is None:
                     s.unsure.add(i)
             return timetabled[i]
-        best_cost, attempt, stale = math.inf, 0, 0
+        best_cost, attempt, stale, plans = math.inf, 0, 0, set()
         while True:
             began = time.perf_counter()
             chosen = lp.dive(end, per=per, price=dive_price if price else None,
@@ -790,9 +783,8 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
             if chosen is None:
                 break
             cost = s.objective(s.incumbent(chosen))
-            stale = stale + 1 if any(set(chosen) == set(d) for d in state.dives) else 0
-            if not stale:
-                state.dives.append(chosen)
+            stale = stale + 1 if frozenset(chosen) in plans else 0
+            plans.add(frozenset(chosen))
             if cost < best_cost - 1e-6:
                 state.dive, best_cost = chosen, cost
             if attempt == 0 and len(lp.columns) > WHOLE_MASTER:
@@ -831,7 +823,6 @@ class LpState:
     mu: dict
     x: list[float]
     dive: list[int] | None = None  # columns of an integral solution found by diving
-    dives: list[list[int]] = field(default_factory=list)  # every dive's plan
 
 
 def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -> Incumbent:
@@ -875,26 +866,17 @@ def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -
     return Incumbent(chosen, [j for j in job_ids if j not in covered])
 
 
-def _merge_dives(s: _Solve, state: "LpState") -> Incumbent | None:
-    """The cheapest plan over the columns of every dive and the LP's support (CP-SAT, within
-    ``MERGE_S``): dives fix different columns first, and one dive's groups may complete another's.
-    None with fewer than two dives or when CP-SAT found nothing in time."""
-    if len(state.dives) < 2 or len(s.columns) > WHOLE_MASTER:  # large masters: the neighbourhood search instead
-        return None
-    pool = {i for dive in state.dives for i in dive} | {i for i, v in enumerate(state.x) if v > 1e-6}
-    merged = solve_integer(s.columns, s.job_ids, s.topo, allowed=sorted(pool), penalty=s.penalty,
-                           time_limit_s=MERGE_S, threads=s.threads, solver="cpsat", exclusive=s.exclusive,
-                           hint=min(map(s.incumbent, state.dives), key=s.objective))
-    return None if merged.objective is None else Incumbent(merged.chosen, merged.rejected)
-
-
 def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
     """The master's verified plan improved over every column it may use (planner/lns.py), each
     improvement only with a timetable for every new group; the plan returned is laid out in
     ``s.verified``."""
     model, columns = s.model, s.columns
     start = Incumbent(list(master.chosen), list(master.rejected), master.objective)
-    better = search(columns, s.job_ids, model.topology, start, banned=s.banned, penalty=s.penalty,
+    # The groups banned only because no timetable was decided in time are open to the search, which
+    # decides each it takes (300 Hetero jobs s1/s2: 1,300 such groups; 7 s of search with them
+    # reached $9,385 and $9,693, without them $9,430 and $9,748).
+    banned = s.banned - (s.unsure - s.timetables.keys())
+    better = search(columns, s.job_ids, model.topology, start, banned=banned, penalty=s.penalty,
                     deadline=s.budget.deadline, exclusive=s.exclusive, support=s.support,
                     seed=s.result.master_solves, known=s.timetables,
                     decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s))

@@ -7,7 +7,6 @@ Prices on weave-testbed: a training node (8 H800) is 42.24 $/h, a rollout node (
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from weave_rl.planner.columns import template_column
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
 from weave_rl.planner.columns import Column
-from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _Solve, _merge_dives, _round_lp, _singletons,
+from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _round_lp, _singletons,
                               plan_optimal)
 from weave_rl.planner.pricing import price_exact
 from weave_rl.profiles.generators import generate
@@ -207,27 +206,6 @@ def test_dive_fixes_only_the_columns_it_may_use():
     assert chosen is not None and not refused & set(chosen) and set(chosen) <= set(asked)
     assert sorted(j for i in chosen for j in lp.columns[i].jobs) == sorted(lp.job_ids)
     assert refused & set(asked) and refused & set(asked) <= lp.closed
-
-def solve_state(columns: list[Column]) -> _Solve:
-    """A solve's state over four jobs of the test bed holding ``columns`` (what merging dives reads)."""
-    s = _Solve(model=SimpleNamespace(topology=TESTBED), budget=None, threads=1, say=print, max_group_size=5,
-               job_ids=[0, 1, 2, 3], refused=[], index={}, charge={}, penalty=reject_penalty(TESTBED), result=None)
-    s.columns = columns
-    return s
-
-
-def test_merging_dives_combines_their_groups():
-    # Two dives of $22 each: {0,1} at $10 with {2,3} at $12, and {0,1} at $12 with {2,3} at $10.
-    # Their merge takes the cheaper group of each pair: $20.
-    node = (("rollout", 1),)
-    columns = [Column((0, 1), node, 10.0), Column((2, 3), node, 12.0), Column((0, 1), node, 12.0),
-               Column((2, 3), node, 10.0), Column((0, 2), node, 1.0)]  # the last one in no dive, not in the LP
-    state = LpState(0.0, {}, {}, x=[0.5, 0.5, 0.5, 0.5, 0.0], dives=[[0, 1], [2, 3]])
-    merged = _merge_dives(solve_state(columns), state)
-    assert sorted(merged.columns) == [0, 3] and merged.rejected == []
-    state.dives = state.dives[:1]
-    assert _merge_dives(solve_state(columns), state) is None
-
 
 def test_column_generation_stops_near_the_lp_and_still_collects_near_columns():
     jobs = generate("Mixed", 10, 1)
