@@ -307,13 +307,10 @@ def _prepare_master(s: _Solve, solver: str) -> None:
     state = s.lp_state
     if state is None:
         return
-    rounded = _round_lp(s.columns, state, s.job_ids, s.topo)
+    s.offer(_round_lp(s.columns, state, s.job_ids, s.topo))
     if state.dive is not None and _conflict_free(s.columns, state.dive):
-        dived = s.incumbent(state.dive)
-        if s.objective(dived) < s.objective(rounded):
-            rounded = dived
-    s.say(f"rounded LP: ${s.objective(rounded):,.2f}")
-    s.offer(rounded)
+        s.offer(s.incumbent(state.dive))
+    s.say(f"best known plan: ${s.objective(s.hint):,.2f}")
     for i, v in enumerate(state.x):
         if v > 1e-6:
             for j in s.columns[i].jobs:
