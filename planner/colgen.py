@@ -47,7 +47,7 @@ def max_groups(topo: Topology, n_jobs: int, incumbent: float | None = None) -> i
     """Groups in an optimal plan: at most one per job; every group holds a training pool and rollout
     nodes apart from it (two nodes or more); and the plan costs no more than the incumbent."""
     k = min(n_jobs, sum(c.nodes for c in topo.clusters.values()) // 2)
-    cheapest = 2 * min(c.gpus_per_node * topo.gpu_types[c.gpu_type].usd_per_hour for c in topo.clusters.values())
+    cheapest = 2 * min(topo.cluster_node_usd_per_hour().values())
     if incumbent is not None and cheapest > 0:
         k = min(k, int(incumbent // cheapest))
     return max(1, k)

@@ -165,8 +165,7 @@ class CandidateBuilder:
         self.widest: dict[str, int] = {}
         for t in (t for j in job_ids for t in self.train_opts[j]):
             self.widest[t.cluster] = max(t.nodes, self.widest.get(t.cluster, 1))
-        self.price = {c.name: c.gpus_per_node * self.topo.gpu_types[c.gpu_type].usd_per_hour
-                      for c in self.topo.clusters.values()}
+        self.price = self.topo.cluster_node_usd_per_hour()
 
     def loop_s(self, j: int, train: PhaseOption, rollout: PhaseOption) -> float:
         """Job ``j``'s own loop (rollout, train, sync) per cycle on these options (cached: pricing asks often)."""
@@ -394,7 +393,7 @@ def _packing_charges(model: PlanningModel, job_ids: list[int], max_group_size: i
     clusters = {kind: {o.cluster for opts in by_job.values() for o in opts} for kind, by_job in options.items()}
     if not job_ids or clusters["rollout"] & clusters["train"]:
         return None
-    price = {c.name: c.gpus_per_node * topo.gpu_types[c.gpu_type].usd_per_hour for c in topo.clusters.values()}
+    price = topo.cluster_node_usd_per_hour()
     functions = [lambda x, e=e / 100: 1.0 if x > 1 - e else (x if x >= e else 0.0) for e in range(0, 51)]
     functions += [lambda x, q=q: x if abs((q + 1) * x - round((q + 1) * x)) < 1e-12 else math.floor((q + 1) * x) / q
                   for q in range(1, 11)]

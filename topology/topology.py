@@ -115,6 +115,10 @@ class Topology:
         node = self.node(node_id)
         return node.gpus * self.gpu_types[node.gpu_type].usd_per_hour
 
+    def cluster_node_usd_per_hour(self) -> dict[str, float]:
+        """Cluster name -> $/h of one of its nodes (every node of a cluster alike)."""
+        return {c.name: c.gpus_per_node * self.gpu_types[c.gpu_type].usd_per_hour for c in self.clusters.values()}
+
     def cost_usd_per_hour(self, node_ids: Iterable[str] | None = None) -> float:
         ids = self.nodes if node_ids is None else node_ids
         return sum(self.node_usd_per_hour(n) for n in ids)
