@@ -162,7 +162,6 @@ class AdmissionPlanner:
 
     def _best_placement(self, job: JobSpec) -> tuple[_Placement | None, str | None]:
         cap = self._cap(job)
-        reason = None
         scaled: list[_Placement] = []
         # Groups whose training pool is the tightest fit first (best fit keeps roomy pools for later).
         screened = []
@@ -183,8 +182,7 @@ class AdmissionPlanner:
         alone = self._alone(job)
         options = scaled + ([alone] if isinstance(alone, _Placement) else [])
         if not options:
-            reason = alone if isinstance(alone, str) else "no free nodes"
-            return None, reason
+            return None, alone if isinstance(alone, str) else "no free nodes"
         return min(options, key=lambda p: (p.added, p.cycle_s)), None
 
     def _screen(self, job: JobSpec, group: LiveGroup, cap: float) -> float | None:
@@ -199,9 +197,8 @@ class AdmissionPlanner:
         busy = screen.train_busy + self._busy_s(job, "train", gpus)
         if not meets_slo(busy, limit):
             return None
-        train_nodes = {node_of(g) for g in gpus}
         if any(not fits_memory(self.live.memory.gb(n) + job.train.host_mem_gb, self.topology.node(n).host_mem_gb)
-               for n in train_nodes):
+               for n in {node_of(g) for g in gpus}):  # every training node holds one more train state
             return None
         return limit - busy
 
@@ -213,7 +210,7 @@ class AdmissionPlanner:
         if all(m.rollout_gpus == m.train_gpus == pool for m in group.members) \
                 and any(c.cluster == topo.node(node_of(pool[0])).cluster and c.gpus == len(pool)
                         for c in colocated_options(self.model, job)):
-            p = self._try(job, group, Member(job, pool, pool), [], 0.0)
+            p = self._try(group, Member(job, pool, pool), [], 0.0)
             if p is not None:
                 yield p
                 return
@@ -226,7 +223,7 @@ class AdmissionPlanner:
                 busy = self._busy_s(job, "rollout", gpus)
                 if any(not meets_slo(screen.rollout_busy.get(n, 0.0) + busy, limit) for n in run):
                     continue  # that node cannot run one more rollout per cycle
-                p = self._try(job, group, Member(job, gpus, group.train_gpus), [], 0.0)
+                p = self._try(group, Member(job, gpus, group.train_gpus), [], 0.0)
                 if p is not None:
                     yield p
                     return
@@ -237,8 +234,7 @@ class AdmissionPlanner:
             if nodes is None:
                 continue
             gpus = tuple(g for n in nodes for g in topo.node(n).gpu_ids)[:option.gpus]
-            p = self._try(job, group, Member(job, gpus, group.train_gpus), nodes,
-                          topo.cost_usd_per_hour(nodes))
+            p = self._try(group, Member(job, gpus, group.train_gpus), nodes, topo.cost_usd_per_hour(nodes))
             if p is not None:
                 yield p
                 return
@@ -247,8 +243,7 @@ class AdmissionPlanner:
         key = (job.name, kind)
         if key not in self._options:
             options = phase_options(self.model, job, kind)
-            price = {c.name: c.gpus_per_node * self.topology.gpu_types[c.gpu_type].usd_per_hour
-                     for c in self.topology.clusters.values()}
+            price = self.topology.cluster_node_usd_per_hour()
             self._options[key] = sorted(options, key=lambda o: (price[o.cluster] * o.nodes, o.gpus))
         return self._options[key]
 
@@ -265,7 +260,7 @@ class AdmissionPlanner:
         gpus = topo.node(node[0]).gpu_ids
         member = Member(job, tuple(gpus[t.gpus:t.gpus + o.gpus]), tuple(gpus[:t.gpus]))
         self._full_link = None
-        return self._try(job, None, member, list(node), topo.cost_usd_per_hour(node))
+        return self._try(None, member, list(node), topo.cost_usd_per_hour(node))
 
     def _runs(self, nodes: list[str], option: PhaseOption) -> list[list[str]]:
         topo = self.topology
@@ -297,8 +292,7 @@ class AdmissionPlanner:
                 return pair
         return None
 
-    def _try(self, job: JobSpec, group: LiveGroup | None, member: Member, fresh: list[str],
-             added: float) -> _Placement | None:
+    def _try(self, group: LiveGroup | None, member: Member, fresh: list[str], added: float) -> _Placement | None:
         if self.live.memory.overflow(member) is not None:
             return None
         if group is not None:
@@ -336,7 +330,7 @@ class AdmissionPlanner:
                                 tuple(g for n in train_nodes for g in topo.node(n).gpu_ids)[:t.gpus])
                 fresh = train_nodes + roll_nodes
                 self._full_link = None
-                p = self._try(job, None, member, fresh, topo.cost_usd_per_hour(fresh))
+                p = self._try(None, member, fresh, topo.cost_usd_per_hour(fresh))
                 if p is None:
                     if self._full_link is not None:
                         a, b = self._full_link

@@ -89,8 +89,6 @@ def _types(phase: PhaseSpec) -> list[str]:
 
 def _ref_gpus(phase: PhaseSpec) -> int:
     """The phase's reference GPU count, or the nearest of its ``gpu_options`` if it is not one."""
-    if phase.gpus in phase.gpu_options:
-        return phase.gpus
     return min(phase.gpu_options, key=lambda g: (abs(g - phase.gpus), g))
 
 
@@ -161,13 +159,9 @@ def _fresh_member(book: _Book, job: JobSpec) -> tuple[_Draft, Member]:
     return draft, member
 
 
-def _arrival_order(model: PlanningModel) -> list[JobSpec]:
-    return sorted(model.jobs.jobs, key=lambda j: j.arrival_s)  # stable: file order breaks ties
-
-
 def _plan_each(model: PlanningModel, place: Callable[[_Book, JobSpec], None]) -> _Book:
     book = _Book(model)
-    for job in _arrival_order(model):
+    for job in sorted(model.jobs.jobs, key=lambda j: j.arrival_s):  # stable: file order breaks ties
         try:
             _admissible(book, job)
             place(book, job)
@@ -412,23 +406,13 @@ def _admit(book: _Book, candidate: _Candidate) -> LiveGroup:
 def _assemble(policy: str, status: str, book: _Book, started: float) -> Plan:
     groups = book.group_plans()
     cost = sum(g.usd_per_hour or 0.0 for g in groups)
-    return Plan(
-        policy=policy,
-        quantile=_plan_quantile(book.model.quantile),
-        topology=book.topology.name,
-        cost_usd_per_hour=cost,
-        solver=SolverInfo(name=policy, status=status, wall_s=time.perf_counter() - started,
-                          objective=cost),
-        groups=groups,
-        rejected=book.rejected,
-        elastic=dict(DEFAULT_ELASTIC),
-    )
+    return Plan(policy=policy, quantile=_plan_quantile(book.model.quantile), topology=book.topology.name,
+                cost_usd_per_hour=cost, groups=groups, rejected=book.rejected, elastic=dict(DEFAULT_ELASTIC),
+                solver=SolverInfo(name=policy, status=status, wall_s=time.perf_counter() - started, objective=cost))
 
 
 def _plan_quantile(q: float | str) -> float | str:
-    if isinstance(q, str) and q != "max":
-        return float(q)
-    return q
+    return float(q) if isinstance(q, str) and q != "max" else q
 
 
 __all__ = ["OnlineWeave", "Unplaceable", "plan_colocate", "plan_solo", "plan_weave"]

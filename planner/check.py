@@ -39,7 +39,7 @@ from typing import Iterable
 
 from weave_rl.core.errors import InputError
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan
+from weave_rl.planner.plan import GroupPlan, JobPlan, PhaseSlot, Plan, circular_gap
 from weave_rl.profiles.jobs import JobSet, JobSpec
 from weave_rl.topology.topology import Topology, node_of
 
@@ -134,18 +134,6 @@ def circular_overlap(a: tuple[float, float], b: tuple[float, float], cycle: floa
         for b0, b1 in circular_segments(*b, cycle, tol):
             total += max(0.0, min(a1, b1) - max(a0, b0))
     return total
-
-
-def circular_gap(end: float, start: float, cycle: float, tol: float = 1e-6) -> float:
-    """Time walking forward around the circle from ``end`` to ``start``, in ``[0, cycle)``.
-
-    A phase that ends exactly where the next starts leaves a gap of 0, not a whole cycle, also
-    after floating round-off.
-    """
-    gap = (start - end) % cycle
-    if gap > cycle - tol:
-        gap = 0.0
-    return gap
 
 
 @dataclass(frozen=True)
@@ -505,9 +493,5 @@ class _Checker:
                                      f"{_fmt(cost)}")
 
 
-def rules_of(violations: Iterable[Violation]) -> set[str]:
-    return {v.rule for v in violations}
-
-
 __all__ = ["RULES", "Violation", "assert_valid", "check_plan", "circular_gap", "circular_overlap",
-           "circular_segments", "format_violations", "rules_of"]
+           "circular_segments", "format_violations"]

@@ -16,6 +16,7 @@ the master minimises ``cost + extra`` and plans report ``cost``.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from weave_rl.planner.drawn import meets_slos_as_drawn
@@ -61,10 +62,7 @@ class Column:
 def template_column(model: PlanningModel, group: GroupPlan, *, pinned: bool = False, extra: float = 0.0) -> Column:
     index = {name: i for i, name in enumerate(model.jobs.names)}
     topo = model.topology
-    counts: dict[str, int] = {}
-    for n in group.nodes:
-        cluster = topo.node(n).cluster
-        counts[cluster] = counts.get(cluster, 0) + 1
+    counts = Counter(topo.node(n).cluster for n in group.nodes)
     return Column(tuple(sorted(index[j.name] for j in group.jobs)), tuple(sorted(counts.items())),
                   round(topo.cost_usd_per_hour(group.nodes), 6), template=group, pinned=pinned, extra=extra)
 
@@ -80,9 +78,7 @@ def materialize(model: PlanningModel, column: Column, free: NodeAllocator) -> tu
     if column.pinned:
         mapping = {n: n for n in group.nodes}
     else:
-        mapping = {}
-        for n in group.nodes:
-            mapping[n] = free.claim(model.topology.node(n).cluster, 1)[0]
+        mapping = {n: free.claim(model.topology.node(n).cluster, 1)[0] for n in group.nodes}
     members = []
     for job in group.jobs:
         spec = model.jobs[job.name]

@@ -134,4 +134,3 @@ def _draws(model: PlanningModel, m: Member, iterations: int) -> tuple[dict[str, 
         gpus = solo_gpus[kind]
         solo += factors[kind] * model.duration(m.job, kind, len(gpus), model.topology.gpu_type_of(gpus[0]))
     return factors, solo
-

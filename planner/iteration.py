@@ -14,7 +14,7 @@ import math
 import time
 
 from weave_rl.planner.model import PlanningModel
-from weave_rl.planner.optimal import _admissible, group_plan, phase_options
+from weave_rl.planner.optimal import NoPlanInTime, _admissible, group_plan, phase_options
 from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, SolverInfo
 from weave_rl.planner.timetable import Member, solve_timetable
 from weave_rl.topology.topology import node_of
@@ -56,8 +56,6 @@ def plan_min_iteration(model: PlanningModel, *, time_limit_s: float = 60.0, thre
             best = (tt, members)
             say(f"cycle {tt.cycle_s:.2f} s with " + ", ".join(f"{r.gpus}+{t.gpus}" for r, t in combo))
     if best is None:
-        from weave_rl.planner.optimal import NoPlanInTime
-
         raise NoPlanInTime(f"no feasible timetable found within {time_limit_s:g} s")
     tt, members = best
     nodes = sorted({node_of(g) for m in members for g in (*m.rollout_gpus, *m.train_gpus)})
@@ -72,4 +70,3 @@ def plan_min_iteration(model: PlanningModel, *, time_limit_s: float = 60.0, thre
     return Plan(policy="optimal", objective="iteration-time", quantile=model.quantile, topology=topo.name,
                 cost_usd_per_hour=round(topo.cost_usd_per_hour(nodes), 6), solver=solver, groups=[group],
                 rejected=rejected, elastic=DEFAULT_ELASTIC)
-

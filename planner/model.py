@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from functools import cached_property
 
 from weave_rl.profiles.jobs import JobSet, JobSpec
@@ -96,8 +97,5 @@ def ceil_ms(seconds: float) -> float:
 
 
 def _shape(topology: Topology, gpus: list[str]) -> tuple:
-    counts: dict[str, int] = {}
-    for g in gpus:
-        n = node_of(g)
-        counts[n] = counts.get(n, 0) + 1
+    counts = Counter(map(node_of, gpus))
     return tuple(sorted((topology.node(n).cluster, c) for n, c in counts.items()))

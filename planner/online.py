@@ -66,9 +66,8 @@ class OnlinePlanner(AdmissionPlanner):
         charge.update({name: whole for name in keep if name in charge})
         charge.update({name: 0.0 for name in unstarted if name in charge})
         try:
-            result = plan_optimal(model, max_group_size=self.max_group_size, time_limit_s=time_limit_s,
-                                  threads=threads, solver=solver, pinned=pinned, extra=charge)
-            new_plan = result.plan
+            new_plan = plan_optimal(model, max_group_size=self.max_group_size, time_limit_s=time_limit_s,
+                                    threads=threads, solver=solver, pinned=pinned, extra=charge).plan
         except NoPlanInTime:
             return unchanged()
         dropped = sorted(set(current.jobs) - set(new_plan.jobs))

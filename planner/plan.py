@@ -86,18 +86,26 @@ class JobPlan(_Frozen):
         return sorted({g.rpartition(":")[0] for s in self.phases if s.phase != "sync" for g in s.gpus})
 
 
+def circular_gap(end: float, start: float, cycle: float, tol: float = 1e-6) -> float:
+    """Time walking forward around the circle from ``end`` to ``start``, in ``[0, cycle)``.
+
+    A phase that ends exactly where the next starts leaves a gap of 0, not a whole cycle, also
+    after floating round-off.
+    """
+    gap = (start - end) % cycle
+    if gap > cycle - tol:
+        gap = 0.0
+    return gap
+
+
 def chain_offsets(slots: Mapping[str, Any], cycle_s: float) -> dict[str, float]:
     """When each phase of an iteration is planned after its rollout starts (``slots``: the job's
     rollout, train and sync, with ``start_s`` and ``duration_s``): its train at the first offset
     ``train.start_s`` (mod the cycle) at or after the rollout's end, its sync likewise after the train."""
-    def forward(end: float, start: float) -> float:
-        gap = (start - end) % cycle_s
-        return 0.0 if gap > cycle_s - 1e-6 else gap
-
     r, t, s = slots["rollout"], slots["train"], slots["sync"]
-    train = r.duration_s + forward(r.start_s + r.duration_s, t.start_s)
+    train = r.duration_s + circular_gap(r.start_s + r.duration_s, t.start_s, cycle_s)
     return {"rollout": 0.0, "train": train,
-            "sync": train + t.duration_s + forward(t.start_s + t.duration_s, s.start_s)}
+            "sync": train + t.duration_s + circular_gap(t.start_s + t.duration_s, s.start_s, cycle_s)}
 
 
 class GroupPlan(_Frozen):
@@ -170,8 +178,7 @@ def save_plan(plan: Plan, path: str | Path) -> None:
 
 
 def load_plan(path: str | Path) -> Plan:
-    data = load_yaml_file(path)
-    return plan_from_data(data, str(path))
+    return plan_from_data(load_yaml_file(path), str(path))
 
 
 def plan_from_data(data: Any, source: str = "<plan>") -> Plan:

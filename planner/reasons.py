@@ -50,9 +50,8 @@ def not_placed_reason(model: PlanningModel, job: JobSpec, groups: Sequence[Group
     free = _free_nodes(model, groups)
     fits = [a for a in hosted if _shortfall(model, a, free) == 0]
     if fits:
-        alone = (f"it fits alone on the nodes the plan leaves free ({fits[0].label}: needs "
-                 f"{_needs(model, fits[0], free)}), but the planner verified no plan placing it")
-        return alone
+        return (f"it fits alone on the nodes the plan leaves free ({fits[0].label}: needs "
+                f"{_needs(model, fits[0], free)}), but the planner verified no plan placing it")
     closest = min(hosted, key=lambda a: _shortfall(model, a, free))
     text = f"does not fit alone on the nodes the plan leaves free ({closest.label}: needs {_needs(model, closest, free)})"
     share = _sharing(model, job, groups, max_group_size)
@@ -66,9 +65,8 @@ def _alone_layouts(model: PlanningModel, job: JobSpec) -> list[_Alone]:
     out = []
     for o in phase_options(model, job, "rollout"):
         for t in phase_options(model, job, "train"):
-            gpus: dict[str, int] = {}
-            for opt in (o, t):
-                gpus[opt.cluster] = gpus.get(opt.cluster, 0) + opt.gpus
+            gpus = {o.cluster: o.gpus}  # GPUs per cluster: both phases' where they share one
+            gpus[t.cluster] = gpus.get(t.cluster, 0) + t.gpus
             loop = own_loop_s(model, job, t, o)
             problem = _width(model, gpus)
             if problem is None and not meets_slo(loop, cap):

@@ -74,8 +74,7 @@ def class_layout(opts: Sequence["PhaseOption"], cap: float, node_mem_gb: float) 
         return None  # more busy time than the nodes have, on any layout
     if len(opts) > 1 and not _full_width_fits(opts, width, cap + TIME_TOL, node_mem_gb):
         return None
-    need, layout = least_busy_layout(tuple(opts), node_mem_gb, cap + TIME_TOL)
-    return layout
+    return least_busy_layout(tuple(opts), node_mem_gb, cap + TIME_TOL)[1]
 
 
 def _full_width_fits(opts: Sequence["PhaseOption"], width: int, within: float, node_mem_gb: float) -> bool:

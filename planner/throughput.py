@@ -28,12 +28,14 @@ import time
 from dataclasses import replace
 
 from weave_rl.core.errors import InputError
+from weave_rl.planner.baselines import plan_weave
 from weave_rl.planner.colgen import solve_integer
 from weave_rl.planner.columns import Column, materialize, template_column
 from weave_rl.planner.live import NodeAllocator
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import (CandidateBuilder, EnumerationBudget, _admissible, group_plan)
-from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, SolverInfo
+from weave_rl.planner.plan import DEFAULT_ELASTIC, Plan, Rejection, SolverInfo
+from weave_rl.planner.reasons import not_placed_reason, with_placement_note
 from weave_rl.planner.timetable import Timetable, solve_timetable
 
 ENUMERATION_BUDGET = 5_000  # candidate groups; past it the instance is refused (an InputError)
@@ -64,8 +66,6 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
                        f"have {exc} (budget {enumeration_budget}); use --objective cost, fewer jobs or a smaller "
                        f"--max-group-size") from None
     columns = [Column(c.jobs, c.nodes, c.cost, candidate=c) for c in candidates]
-    from weave_rl.planner.baselines import plan_weave
-
     seen = {col.key for col in columns}
     for group in plan_weave(model, max_group_size=max_group_size).groups:
         col = template_column(model, group)
@@ -99,12 +99,8 @@ def plan_max_throughput(model: PlanningModel, *, max_group_size: int = 5, time_l
     for n, i in enumerate(chosen):
         col, tt, _ = valued[i]
         groups.append(group_plan(model, f"g{n}", *materialize(model, col, free), tt))
-    index = set(job_ids)
     placed = {j for i in chosen for j in valued[i][0].jobs}
-    from weave_rl.planner.plan import Rejection
-    from weave_rl.planner.reasons import not_placed_reason, with_placement_note
-
-    for j in sorted(index - placed):
+    for j in sorted(set(job_ids) - placed):
         spec = model.jobs.jobs[j]
         rejected.append(Rejection(name=spec.name, reason=not_placed_reason(model, spec, groups, max_group_size)))
     cost = round(sum(valued[i][0].cost for i in chosen), 6)

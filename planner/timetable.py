@@ -47,14 +47,11 @@ def _ms(seconds: float) -> int:
 
 
 def phase_durations_ms(model: PlanningModel, member: Member) -> dict[str, int]:
-    topo = model.topology
-    job = member.job
-    return {
-        "rollout": _ms(model.duration(job, "rollout", len(member.rollout_gpus),
-                                      topo.gpu_type_of(member.rollout_gpus[0]))),
-        "train": _ms(model.duration(job, "train", len(member.train_gpus), topo.gpu_type_of(member.train_gpus[0]))),
-        "sync": _ms(model.sync_s(job, list(member.train_gpus), list(member.rollout_gpus))),
-    }
+    out = {kind: _ms(model.duration(member.job, kind, len(member.gpus(kind)),
+                                    model.topology.gpu_type_of(member.gpus(kind)[0])))
+           for kind in ("rollout", "train")}
+    out["sync"] = _ms(model.sync_s(member.job, list(member.train_gpus), list(member.rollout_gpus)))
+    return out
 
 
 def shared_resources(members: list[Member]) -> dict[frozenset, list[tuple[str, str]]]:
@@ -67,8 +64,7 @@ def shared_resources(members: list[Member]) -> dict[frozenset, list[tuple[str, s
 
 
 def switch_ms(model: PlanningModel, member: Member, kind: str) -> int:
-    gpus = member.rollout_gpus if kind == "rollout" else member.train_gpus
-    return _ms(model.max_switch_s(member.job, kind, list(gpus)))
+    return _ms(model.max_switch_s(member.job, kind, list(member.gpus(kind))))
 
 
 def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo: bool = True,
@@ -125,12 +121,8 @@ def solve_timetable(model: PlanningModel, members: list[Member], *, enforce_slo:
         return Timetable("INFEASIBLE" if status == cp_model.INFEASIBLE else "UNKNOWN",
                          lower_bound_s=lb / MS, wall_s=wall)
     c = solver.value(cycle) if fixed is None else fixed
-    phases: dict[str, dict[str, PhaseTime]] = {}
-    for n in names:
-        phases[n] = {}
-        for k in ("rollout", "train", "sync"):
-            offset = solver.value(start[(n, k)]) % c
-            phases[n][k] = PhaseTime(offset / MS, dur[n][k] / MS)
+    phases = {n: {k: PhaseTime(solver.value(start[(n, k)]) % c / MS, dur[n][k] / MS)
+                  for k in ("rollout", "train", "sync")} for n in names}
     assert all(0 <= p.start_s < c / MS for job in phases.values() for p in job.values())
     bound = lb if fixed is not None else max(lb, solver.best_objective_bound)
     return Timetable(name, c / MS, phases, lower_bound_s=bound / MS, wall_s=wall)
