@@ -337,12 +337,11 @@ class IntegerResult:
 def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, allowed: Iterable[int],
                   penalty: float, time_limit_s: float, threads: int, solver: str = "cpsat",
                   hint: Incumbent | None = None, exclusive: list[list[int]] = (),
-                  used: Mapping[str, int] | None = None, quick: bool = False) -> IntegerResult:
+                  used: Mapping[str, int] | None = None) -> IntegerResult:
     """Each of ``job_ids`` in one of the ``allowed`` columns or rejected at ``penalty``, within the
     topology's nodes less those ``used`` (per cluster) by a rest of the plan held fixed.
     ``exclusive``: sets of columns of which at most one may be chosen (pinned groups that share a
-    physical node). ``quick``: CP-SAT without presolve and probing, for the small models solved
-    hundreds of times a second (planner/lns.py), where those cost more than they save."""
+    physical node)."""
     capacity = {c: spec.nodes - (used or {}).get(c, 0) for c, spec in topo.clusters.items()}
     if solver == "pulp":
         return _solve_integer_pulp(columns, job_ids, capacity, allowed=allowed, penalty=penalty,
@@ -368,9 +367,6 @@ def solve_integer(columns: list[Column], job_ids: list[int], topo: Topology, *, 
     sat = cp_model.CpSolver()
     sat.parameters.max_time_in_seconds = max(0.01, time_limit_s)
     sat.parameters.num_workers = max(1, threads)
-    if quick:
-        sat.parameters.cp_model_presolve = False
-        sat.parameters.cp_model_probing_level = 0
     status = sat.solve(cp)
     name = sat.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -10,12 +10,8 @@ few dozen jobs at a time are solved to optimality by CP-SAT in milliseconds. Eac
 2. the sub-problem: every column (not banned) whose jobs all lie in the neighbourhood, each job
    covered once or rejected at the master's penalty, within the nodes the rest of the plan leaves
    (and at most one column of each ``exclusive`` set, counting the rest of the plan);
-3. CP-SAT from the current groups as hint, without presolve and probing, for at most 0.15 s: on
-   sub-problems captured from 300 Hetero jobs the median round took 2.3 ms, not 9 ms, with the
-   same answers; replayed for 7 s from the same start (Hetero-300 s2 and s3, four seeds each),
-   1.5-2x the rounds ended $21/h and $36/h cheaper on average. A cheaper answer replaces the
-   current groups once ``accept`` agrees (the caller checks that every new group has a timetable
-   and bans those that have none).
+3. CP-SAT from the current groups as hint; a cheaper answer replaces them once ``accept`` agrees
+   (the caller checks that every new group has a timetable and bans those that have none).
 
 Measured on the 300-job BL s1 and Mixed s3 masters of bench/planner_scale.py: from the dive's plan
 (3.4 % and 4.1 % above the LP bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every
@@ -40,7 +36,7 @@ from weave_rl.topology.topology import Topology
 
 def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: Incumbent, *, banned: set[int],
             penalty: float, deadline: float, exclusive: list[list[int]] = (), support: Mapping[int, list[int]] = None,
-            size: int = 30, round_limit_s: float = 0.15, seed: int = 0,
+            size: int = 30, round_limit_s: float = 0.5, seed: int = 0,
             accept: Callable[[list[int]], bool] | None = None) -> Incumbent:
     """A plan no dearer than ``start`` (the same one when nothing better is found by ``deadline``).
     ``support``: job -> columns the LP used (neighbourhoods follow them first). ``accept(new)`` may
@@ -138,7 +134,7 @@ def _solve(columns, area, fixed, inside, rejected, by_job, banned, topo, penalty
     # One worker: on models this small it is quicker than a portfolio.
     answer = solve_integer(columns, sorted(area), topo, allowed=candidates, penalty=penalty, time_limit_s=limit_s,
                            threads=1, hint=Incumbent(sorted(inside), sorted(rejected)), exclusive=exclusive,
-                           used=used, quick=True)
+                           used=used)
     if answer.objective is None:
         return None
     return answer.chosen, set(answer.rejected)
