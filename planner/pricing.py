@@ -35,25 +35,26 @@ from typing import NamedTuple
 
 import numpy as np
 
-from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate, set_partitions
+from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate
 from weave_rl.planner.rules import TIME_TOL as TOL, class_layout, fits_cap, load_s
 
 EPS = 1e-6
 
 
-@functools.lru_cache(maxsize=None)
-def partitions(n: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """Partitions of n members into rollout classes, fewest classes first."""
-    return tuple(sorted((tuple(tuple(c) for c in p) for p in set_partitions(list(range(n)))), key=len))
-
-
-@functools.lru_cache(maxsize=None)
-def partition_masks(n: int) -> tuple[tuple[int, ...], ...]:
-    """``partitions(n)`` with each class as a bit mask of its members."""
-    return tuple(tuple(sum(1 << i for i in cls) for cls in part) for part in partitions(n))
-
-
 _UNSEEN = object()
+
+
+@functools.lru_cache(maxsize=None)
+def _lowest(n: int) -> list[tuple[int, int, int]]:
+    """Per non-empty bit mask of positions 0..n-1, in increasing order: (mask, its lowest
+    position, the mask without it)."""
+    return [(mask, (mask & -mask).bit_length() - 1, mask & (mask - 1)) for mask in range(1, 1 << n)]
+
+
+@functools.lru_cache(maxsize=None)
+def _members(n: int) -> list[tuple[int, ...]]:
+    """Per bit mask of positions 0..n-1: the positions it holds."""
+    return [tuple(i for i in range(n) if mask >> i & 1) for mask in range(1 << n)]
 
 
 @dataclass
@@ -505,11 +506,12 @@ class _Search:
             if room == 0:
                 return True
             left = room - 1
+            time_left, mem_left = limit - busy, mem_cap - mem
             for i in range(start, n):
+                if tau_c[i] > time_left or mem_c[i] > mem_left:
+                    continue  # most candidates (this test runs tens of millions of times)
                 if not has_wide and not wide_after[i]:
                     break  # no wide job left: no group on this pool from here
-                if busy + tau_c[i] > limit or mem + mem_c[i] > mem_cap:
-                    continue
                 g2, a2, w2 = gain + value_c[i], area_sum + area_c[i], big_sum + big_c[i]
                 c2 = min_class if min_class > cheap_c[i] else cheap_c[i]
                 # the most of the three lower bounds, without a call to max (this line runs millions of times)
@@ -587,7 +589,7 @@ class _Search:
                        choices: list[tuple], gain: float, budget: float) -> None:
         """The best rollout classes of the group on this layout of its pool, among the ``choices`` of
         rollout options (one per member) that passed ``_rollout_floor``: (floor, options), least first."""
-        key, cap, fixed = ctx.key, ctx.cap, ctx.fixed
+        cap, fixed = ctx.cap, ctx.fixed
         b = self.b
         if all(len(opts[j]) == 1 and opts[j][0].nodes == 1 for j in jobs) and \
                 len({opts[j][0].cluster for j in jobs}) == 1:
@@ -595,43 +597,100 @@ class _Search:
             self._leaf_one_node(ctx, jobs, trains, train_offsets, opts, gain, budget, need)
             return
         best = None
-        n = len(jobs)
         for floor, rollouts in choices:
             if best is not None and floor >= best[0]:
                 break  # no partition of these rollouts, nor of the next, can do better
-            # A class's cost needs only its cluster and width: a partition that cannot beat the budget
-            # or the best so far is passed over before any of its classes is laid out (most are).
-            dear: dict[int, float] = {}  # per class (a bit mask of members): its cost, inf on two clusters
-            fits: dict[int, tuple | None] = {}  # per class: its layout, asked once per choice
-            for part, masks in zip(partitions(n), partition_masks(n)):
-                cost = 0.0
-                for cls, mask in zip(part, masks):
-                    if mask not in dear:
-                        clusters = {rollouts[i].cluster for i in cls}
-                        dear[mask] = math.inf if len(clusters) > 1 else \
-                            self.price[clusters.pop()] * max(rollouts[i].nodes for i in cls)
-                    cost += dear[mask]
-                    if cost >= budget - EPS or (best is not None and cost - gain + fixed >= best[0]):
-                        break
-                else:
-                    offsets, nodes = [0] * n, {key[1]: key[2]}
-                    for cls, mask in zip(part, masks):
-                        fit = fits.get(mask, _UNSEEN)
-                        if fit is _UNSEEN:
-                            fit = fits[mask] = self._class([(jobs[i], rollouts[i]) for i in cls])
-                        if fit is None:
-                            break
-                        cluster, width, layout = fit
-                        nodes[cluster] = nodes.get(cluster, 0) + width
-                        for i, first in zip(cls, layout):
-                            offsets[i] = first
-                    else:
-                        if all(k <= b.topo.clusters[c].nodes for c, k in nodes.items()):
-                            best = (fixed + cost - gain, rollouts, part, offsets)
+            # The classes must cost less than the budget and the best so far (``best`` as a cost).
+            limit = budget - EPS if best is None else best[0] + gain - fixed
+            found = self._best_classes(ctx, jobs, rollouts, limit)
+            if found is not None:
+                cost, part, offsets = found
+                best = (fixed + cost - gain, rollouts, part, offsets)
         if best is not None and best[0] < self.bar[0]:
             rc, rollouts, part, offsets = best
-            self._keep(ctx, make_candidate(b, jobs, list(trains), list(rollouts), [list(c) for c in part], offsets,
+            self._keep(ctx, make_candidate(b, jobs, list(trains), list(rollouts), part, offsets,
                                            list(train_offsets)), rc)
+
+    def _best_classes(self, ctx, jobs: list[int], rollouts: tuple, limit: float) -> tuple | None:
+        """The cheapest partition of the members' ``rollouts`` into classes that lay out and fit the
+        topology's nodes beside the pool, when it costs less than ``limit``: (cost, classes as
+        lists of positions, each member's first node in its class), else None. Depth first: the
+        class of the lowest member left, largest first; a class's cost needs only its cluster and
+        width, so a branch that cannot beat the best is cut before anything is laid out (most are)."""
+        n = len(rollouts)
+        members = _members(n)
+        dear, least = self._class_costs(rollouts, ctx.cap)
+        fits: dict[int, tuple | None] = {}  # per class (a bit mask of positions): its layout
+        best: list = [limit, None]  # the least cost so far, and its classes with their layouts
+        chosen: list[tuple[int, tuple]] = []
+        clusters = self.b.topo.clusters
+        pool_cluster, pool_width = ctx.key[1], ctx.key[2]
+
+        def fit_of(mask: int):
+            fit = fits.get(mask, _UNSEEN)
+            if fit is _UNSEEN:
+                fit = fits[mask] = self._class([(jobs[i], rollouts[i]) for i in members[mask]])
+            return fit
+
+        def extend(left: int, cost: float) -> None:
+            if not left:
+                nodes = {pool_cluster: pool_width}
+                for _, (cluster, width, _) in chosen:
+                    nodes[cluster] = nodes.get(cluster, 0) + width
+                if all(k <= clusters[c].nodes for c, k in nodes.items()):
+                    best[0], best[1] = cost, list(chosen)
+                return
+            low = left & -left
+            rest = sub = left ^ low
+            while True:
+                cls = sub | low
+                if cost + dear[cls] + least[left ^ cls] < best[0]:
+                    fit = fit_of(cls)
+                    if fit is not None:
+                        chosen.append((cls, fit))
+                        extend(left ^ cls, cost + dear[cls])
+                        chosen.pop()
+                if not sub:
+                    return
+                sub = (sub - 1) & rest
+
+        extend((1 << n) - 1, 0.0)
+        if best[1] is None:
+            return None
+        offsets = [0] * n
+        for cls, (_, _, layout) in best[1]:
+            for i, first in zip(members[cls], layout):
+                offsets[i] = first
+        return best[0], [list(members[cls]) for cls, _ in best[1]], offsets
+
+    def _class_costs(self, rollouts: tuple, cap: float) -> tuple[list[float], list[float]]:
+        """Per set of members (a bit mask of positions in ``rollouts``): the cost of one class of
+        them, its node price times its widest member's nodes (inf when they are on two clusters);
+        and the least any partition of them costs (``_rollout_floor``, cluster by cluster)."""
+        size = 1 << len(rollouts)
+        on: dict[str, int] = {}  # cluster -> the mask of members on it
+        for i, o in enumerate(rollouts):
+            on[o.cluster] = on.get(o.cluster, 0) | 1 << i
+        nodes = [o.nodes for o in rollouts]
+        node_s = [o.nodes * o.duration_s for o in rollouts]
+        widest, seconds = [0] * size, [0.0] * size
+        dear, least = [math.inf] * size, [0.0] * size
+        ceil, tol = math.ceil, TOL
+        for c, members in on.items():
+            price = self.price[c]
+            for mask, i, rest in _lowest(len(rollouts)):
+                if mask & members != mask:
+                    continue
+                w = widest[mask] = widest[rest] if widest[rest] > nodes[i] else nodes[i]
+                t = seconds[mask] = seconds[rest] + node_s[i]
+                dear[mask] = price * w
+                need = ceil((t - tol) / cap - 1e-9)
+                least[mask] = price * (need if need > w else w)
+        if len(on) > 1:  # members on several clusters: the sum of each cluster's floor
+            for mask in range(1, size):
+                if dear[mask] == math.inf:
+                    least[mask] = sum(least[mask & m] for m in on.values())
+        return dear, least
 
     def _rollout_floor(self, rollouts: tuple, cap: float) -> float:
         """No partition of these rollouts into classes costs less: on each cluster, classes at least as
