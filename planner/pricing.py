@@ -316,15 +316,22 @@ class _Search:
         narrow = [t for j in order[li:] for t in trains[j] if t.nodes < width]
         limit = cap + TOL + ((width - 1) / width * max(t.switch_s for j in order[li:] for t in trains[j])
                              if narrow else 0.0)
-        # Layouts depend on the cap, not the duals: kept across passes (each pass meets most again).
+        # Layouts and the rollout options that fit depend on the cap, not the duals: kept across
+        # passes (each pass meets most again).
         self._classes = b.laid_out.setdefault(cap, {})
         self._layouts = b.laid_out.setdefault((key, cap), {})
+        fitting = b.laid_out.setdefault((key, cap, "rollouts"), {})
         self._fitting = {}
         self._cap = cap
         opts = {}
         for j in order[li:]:
-            ok = [o for o in b.rollout_opts[j] if any(fits_cap(b.loop_s(j, t, o), cap) for t in trains[j])]
-            if ok and (j == m or (tau[m] + tau[j] <= limit and mem[m] + mem[j] <= train_mem_cap + TOL)):
+            if j != m and (tau[m] + tau[j] > limit or mem[m] + mem[j] > train_mem_cap + TOL):
+                continue
+            ok = fitting.get(j)
+            if ok is None:
+                ok = fitting[j] = [o for o in b.rollout_opts[j]
+                                   if any(fits_cap(b.loop_s(j, t, o), cap) for t in trains[j])]
+            if ok:
                 opts[j] = ok
         if m not in opts or len(opts) < 2:
             return None
@@ -832,14 +839,20 @@ def _other(top: list[tuple], j: int) -> float | None:
 
 
 def _suffix_top(values: list[float], k: int) -> list[list[float]]:
-    """``out[i][n]``: the sum of the ``n`` largest of ``values[i:]`` (n = 0..k), each at least 0."""
-    out = [[0.0] * (k + 1) for _ in range(len(values) + 1)]
-    top: list[float] = []
+    """``out[i][n]``: the sum of the ``n`` largest of ``values[i:]`` (n = 0..k), each at least 0.
+    Rows are shared where they are equal (read only)."""
+    out: list[list[float]] = [[0.0] * (k + 1)] * (len(values) + 1)
+    top: list[float] = []  # the k largest positive values so far, ascending
     for i in range(len(values) - 1, -1, -1):
-        top = sorted(top + [max(0.0, values[i])], reverse=True)[:k]
+        x = values[i]
+        if x <= 0.0 or (len(top) == k and x <= top[0]):
+            out[i] = out[i + 1]
+            continue
+        bisect.insort(top, x)
+        if len(top) > k:
+            del top[0]
         sums = [0.0]
-        for x in top:
-            sums.append(sums[-1] + x)
-        sums += [sums[-1]] * (k + 1 - len(sums))
-        out[i] = sums
+        for v in reversed(top):
+            sums.append(sums[-1] + v)
+        out[i] = sums + [sums[-1]] * (k + 1 - len(sums))
     return out
