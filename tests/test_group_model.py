@@ -276,6 +276,41 @@ def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leade
     assert runs[1].rc_lower_bound == pytest.approx(runs[0].rc_lower_bound)
 
 
+def test_pooled_pricing_stops_once_its_shares_together_have_found_enough():
+    # Worker processes share the leaders; an early round wants ``stop_after`` columns in all. Each
+    # share stops once they have that many together, not at its own share: the columns come back,
+    # every one of them a group of the complete search at its reduced cost.
+    from weave_rl.planner.pricing import PricingPool
+
+    builder, value = hetero_duals(3)
+    complete = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, max_columns=100_000)
+    rc = {c: c.cost - sum(value[j] for j in c.jobs) for c in complete.columns}
+    assert complete.proven and len(rc) > 40
+    pool = PricingPool(builder, 2)
+    try:
+        early = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, stop_after=20,
+                            pool=pool, max_columns=100_000)
+        assert sum(pool._tally) >= 20  # each share wrote what it found
+    finally:
+        pool.close()
+    assert not early.proven and 20 <= len(early.columns) < len(rc)
+    assert all(c.cost - sum(value[j] for j in c.jobs) == pytest.approx(rc[c]) for c in early.columns)
+
+
+def test_a_share_counts_the_columns_the_other_shares_found():
+    import multiprocessing
+    from weave_rl.planner.pricing import _Search
+
+    tally = multiprocessing.get_context("fork").RawArray("i", 2)
+    found: dict = {}
+    search = _Search(None, {}, {}, found, math.inf, 10, {}, share=(1, 2), tally=tally)
+    tally[0] = 7
+    found.update({"a": -1.0, "b": -1.0})
+    assert not search.enough() and list(tally) == [7, 2]
+    found["c"] = -1.0
+    assert search.enough() and list(tally) == [7, 3]
+
+
 def test_column_generation_left_unsettled_goes_on_in_the_background_to_the_lp_optimum():
     # Column generation that ends unsettled goes on in a forked process while the plan is built:
     # each complete pricing's Lagrangian bound is a bound of the LP, and given the time the last one
