@@ -76,7 +76,7 @@ Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
-# Exact pricing keeps each leader's this many best groups per round (planner/pricing.py): 300 Hetero
+# Exact pricing keeps each leader's this many groups per round (planner/pricing.py): 300 Hetero
 # jobs s1, 30 s: the general LP settled at 17 s, not 25 s (its round's 300 columns came from 35
 # leaders, not 15); at 3 it settled sooner still, but its fewer columns made the plans 2 % dearer.
 PER_LEADER = 10

@@ -8,6 +8,7 @@ import math
 import random
 import re
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -274,6 +275,26 @@ def test_pricing_keeps_each_leaders_best_groups_under_a_per_leader_cap(per_leade
         assert capped[m] == pytest.approx(rcs[:per_leader])
     assert runs[1].rc_sum_bound == pytest.approx(runs[0].rc_sum_bound)
     assert runs[1].rc_lower_bound == pytest.approx(runs[0].rc_lower_bound)
+
+
+def test_an_early_round_stops_each_leader_at_its_quota_and_proves_nothing():
+    # An early round (``stop_after``) takes each leader's first ``per_leader`` groups of negative
+    # reduced cost, not its best ones: its search stops there, so the round is not proven. A round
+    # in which no leader reaches its quota searched every leader whole and is proven.
+    builder, value = hetero_duals(3)
+    complete = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, max_columns=100_000,
+                           per_leader=2)
+    early = price_exact(builder, value, {}, extra={}, deadline=time.perf_counter() + 60, max_columns=100_000,
+                        per_leader=2, stop_after=100_000)
+    leaders = Counter(min(c.jobs, key=lambda j: (builder.cap[j], j)) for c in early.columns if len(c.jobs) > 1)
+    assert complete.proven and not early.proven
+    assert leaders and max(leaders.values()) == 2  # the quota, reached
+    assert early.nodes < complete.nodes  # leaders cut short
+    assert early.rc_lower_bound == -math.inf and early.rc_sum_bound is None
+    dear = {j: 1.0 for j in value}  # no group pays for its nodes: nothing found, every leader searched whole
+    settled = price_exact(builder, dear, {}, extra={}, deadline=time.perf_counter() + 60, per_leader=2,
+                          stop_after=100_000)
+    assert settled.proven and not [c for c in settled.columns if len(c.jobs) > 1]
 
 
 def test_pooled_pricing_stops_once_its_shares_together_have_found_enough():
