@@ -76,10 +76,10 @@ Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
-# Exact pricing keeps each leader's this many groups per round (planner/pricing.py): 300 Hetero
-# jobs s1, 30 s: the general LP settled at 17 s, not 25 s (its round's 300 columns came from 35
-# leaders, not 15); at 3 it settled sooner still, but its fewer columns made the plans 2 % dearer.
-PER_LEADER = 10
+# Exact pricing keeps each leader's this many groups per round (planner/pricing.py), so a round's 300
+# columns come from 60 leaders or more. Early rounds take its first ones: at 10, 300 Hetero jobs s3's
+# bound was $230-430 lower (its LP settled later); at 3, s2's and s3's plans were $60-120 dearer.
+PER_LEADER = 5
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
 # Column generation stops once its bound is this close to the LP (relative): the last round of a
 # tailing-off LP gains less than this and takes seconds the integer plan needs (100 RH jobs: from
