@@ -17,10 +17,10 @@ Measured on the 300-job BL s1 and Mixed s3 masters of bench/planner_scale.py: fr
 (3.4 % and 4.1 % above the LP bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every
 column 2.0-3.0 % and 2.3 %. On 100 RH jobs it finds little (few whole columns lie inside 30 of
 those jobs): there CBC over every column did better, given 10 s, so masters of at most 8,000
-columns are solved whole instead (planner/optimize.py). One search runs in process. Two forked
-searches meeting every 2 s at the better plan found the same plans as one on 7 of 8 instances
-searched from a settled LP, 0.7 % cheaper on one (100 Mixed jobs s2), and while column generation
-goes on in the background they take its core (300 RH jobs: 1.2 % dearer).
+columns are solved whole instead (planner/optimize.py). One search runs in process (two forked ones
+found the same plans on 7 of 8 instances, and took the core of the background pricing). It stalls
+within about 3 s (300 Hetero jobs s2: $9,706-9,748, 6 s or 20 s alike; CBC over every column: $9,649
+in 60 s): growing the neighbourhood, restarts and kicks found no better, so the start matters.
 """
 
 from __future__ import annotations

@@ -754,10 +754,9 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
             pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
             return added(price_greedy(builder, pi, mu, extra=charge))
         # Then dive again from the same LP with the ranking perturbed (the columns priced so far
-        # stay), for all the dive's time; the cheapest plan is the master's hint, or the
-        # neighbourhood search's start. Dives spread widely (300 Hetero jobs s2: $9,775-10,200 over
-        # an LP of $9,376) and the search does not make up a bad start: against a third of the
-        # dive's time (as before), $23/h less per instance over twelve interleaved pairs (s1-s3).
+        # stay), for all the dive's time; the cheapest plan is the master's hint, or the search's
+        # start. Dives spread widely (300 Hetero jobs s2: $9,775-10,200 over an LP of $9,376) and the
+        # search does not make up a bad start (budget.py's DIVE; a third of it: $23/h dearer).
         end, per = time.perf_counter() + dive_s, max(1 + len(lp.columns) // 8000, len(job_ids) // 60)
         # A dive fixes only groups with a timetable (the candidate rules are looser than the
         # timetables: 300 Hetero jobs s2, five groups of one count in the dive's plan had none, and
