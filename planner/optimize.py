@@ -93,7 +93,7 @@ WHOLE_MASTER = 8_000
 DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
 STALE_DIVES = 10  # dives stop after this many in a row found only plans found before
 EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
-PARALLEL_JOBS = 50  # jobs from which exact pricing runs in worker processes (one per thread)
+PARALLEL_JOBS = 50  # jobs from which exact pricing runs in parallel: the caller, a worker process per other thread
 
 
 @dataclass
@@ -630,9 +630,8 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
     value = None
     greedy = True
     near_duals = None  # the duals at which column generation stopped converged
-    # Pools whose members train at one GPU count first (a far quicker search where jobs have several
-    # counts); once their LP is optimal, pools of mixed counts too. Only a pricing over the whole
-    # model proves a bound of it.
+    # Pools of one training GPU count first (far quicker where jobs have several counts), then mixed
+    # counts too once their LP is optimal: only a pricing over the whole model proves its bound.
     mixed = False
     covers = builder.uniform_pools()
     uniform_settled = None  # the duals at which no group of one count improves
@@ -646,7 +645,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
         fresh = [c for c in (_candidate_column(cand, charge) for cand in cands) if add(c)]
         unverified.extend(c for c in fresh if len({t.gpus for t in c.candidate.trains}) > 1)
         return fresh
-    # Exact pricing is pure Python: with threads to spare, worker processes share the leaders.
+    # Exact pricing is pure Python: with threads to spare, the caller and worker processes share the leaders.
     pool = PricingPool(builder, threads) if price and threads > 1 and len(job_ids) >= PARALLEL_JOBS else None
     try:
         while time.perf_counter() < deadline:
@@ -748,8 +747,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
         except LpTrouble:  # the LP of the last round (its columns, its duals) stands
             return (best if best > -math.inf else None), LpState(value, pi, mu, lp.last_x)
         state = LpState(value, pi, mu, lp.values())
-        # Diving on the whole LP (warm re-solves) finds integer plans close to the LP optimum.
-        # Fixing a few disjoint columns per round (one per 25 jobs) keeps large LPs within the time.
+        # Dives on the whole LP (warm re-solves) fix a few disjoint columns per round (one per 60 jobs).
         def dive_price(pi, mu, taken):
             pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
             return added(price_greedy(builder, pi, mu, extra=charge))

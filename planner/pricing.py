@@ -201,8 +201,9 @@ def _work(args):
 
 
 class PricingPool:
-    """Worker processes (forked, so they share the builder read-only) that price in parallel; the
-    pricing is pure Python, so processes, not threads, use the machine's other cores."""
+    """Worker processes (forked: they share the builder read-only) and the caller price in parallel
+    (pure Python: processes use the other cores). The caller's own share warms its builder's layouts by
+    cap for the bound's pricing forked from it (optimize.py ``_go_on``; 300 Hetero jobs s2: 7.6 s cold, 3.7 warm)."""
 
     def __init__(self, builder: CandidateBuilder, workers: int):
         import multiprocessing
@@ -211,11 +212,12 @@ class PricingPool:
         _SHARED["builder"] = builder
         _SHARED["tally"] = self._tally = context.RawArray("i", workers)  # columns found, per share
         self.workers = workers
-        self._pool = context.Pool(workers)
+        self._pool = context.Pool(workers - 1)
 
     def map(self, args: list) -> list:
         self._tally[:] = [0] * self.workers
-        return self._pool.map(_work, args)
+        others = self._pool.map_async(_work, args[1:])
+        return [_work(args[0])] + others.get()
 
     def close(self) -> None:
         self._pool.terminate()
