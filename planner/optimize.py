@@ -635,10 +635,9 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
     mixed = False
     covers = builder.uniform_pools()
     uniform_settled = None  # the duals at which no group of one count improves
-    # Groups of mixed counts are in the LP (its bound is the model's) but closed to its dives and to
-    # the integer master until a timetable is found: the candidate rules are looser for them (on 100
-    # Hetero jobs CP-SAT proved several infeasible or could not decide them, and the master's plans
-    # failed verification).
+    # Groups of mixed counts are in the LP (its bound is the model's) but closed to its dives and to the
+    # integer master until a timetable is found: the candidate rules are looser for them (100 Hetero
+    # jobs: CP-SAT proved several infeasible or left them undecided; the master's plans failed).
     unverified: list[Column] = []
 
     def added(cands: list[Candidate]) -> list[Column]:
