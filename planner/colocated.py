@@ -80,12 +80,6 @@ def colocated_options(model: PlanningModel, job: JobSpec) -> list[Colocated]:
     return known[job.name]
 
 
-def colocated_jobs(plan) -> list[str]:
-    """The jobs of a plan whose rollout runs on their own training GPUs."""
-    return [j.name for g in plan.groups for j in g.jobs
-            if sorted(j.phase("rollout").gpus) == sorted(j.phase("train").gpus)]
-
-
 # ----- several jobs time-sharing one pool ----------------------------------------------------------
 POOL_BUDGET = 2_000  # sets of jobs sharing a pool, at most; past it the bounds fall back (see SharedPools)
 

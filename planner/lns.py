@@ -11,16 +11,17 @@ few dozen jobs at a time are solved to optimality by CP-SAT in milliseconds. Eac
    covered once or rejected at the master's penalty, within the nodes the rest of the plan leaves
    (and at most one column of each ``exclusive`` set, counting the rest of the plan);
 3. CP-SAT from the current groups as hint; a cheaper answer replaces them once ``accept`` agrees
-   (the caller checks that every new group has a timetable and bans those that have none).
+   (the caller checks that every new group has a timetable and bans those that have none). A
+   neighbourhood proven optimal is not solved again while the rest leaves it the same nodes (a
+   random growth draws the same one again: 15 % of the rounds at 300 RH jobs).
 
-Measured on the 300-job BL s1 and Mixed s3 masters of bench/planner_scale.py: from the dive's plan
-(3.4 % and 4.1 % above the LP bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every
-column 2.0-3.0 % and 2.3 %. On 100 RH jobs it finds little (few whole columns lie inside 30 of
-those jobs): there CBC over every column did better, given 10 s, so masters of at most 8,000
-columns are solved whole instead (planner/optimize.py). One search runs in process (two forked ones
-found the same plans on 7 of 8 instances, and took the core of the background pricing). It stalls
-within about 3 s (300 Hetero jobs s2: $9,706-9,748, 6 s or 20 s alike; CBC over every column: $9,649
-in 60 s): growing the neighbourhood, restarts and kicks found no better, so the start matters.
+From the dive's plan of the 300-job BL s1 and Mixed s3 masters (3.4 % and 4.1 % above the LP
+bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every column 2.0-3.0 % and 2.3 %. On
+100 RH jobs it finds little (few whole columns lie inside 30 of those jobs): masters of at most
+8,000 columns go to CBC first (planner/optimize.py). One search runs in process (two forked ones
+found the same plans on 7 of 8 instances, and took the core of the background pricing). On 300
+Hetero jobs it stalls within about 3 s (growing the neighbourhood, restarts and kicks found no
+better), so the start matters; on 300 RH jobs it still improves after 10 s.
 """
 
 from __future__ import annotations
@@ -54,16 +55,27 @@ def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: In
             exclusive_of.setdefault(i, []).append(k)
     chosen, rejected = list(start.columns), set(start.rejected)
     cost = _cost(columns, chosen, rejected, penalty)
+    proven: set[tuple] = set()  # neighbourhoods solved to their start, with what the rest left them
     while time.perf_counter() < deadline - 0.05 and chosen:
         group_of = {j: i for i in chosen for j in columns[i].jobs}
         area = _neighbourhood(columns, chosen, rejected, group_of, by_job, support, size, rng)
         inside = {i for i in chosen if set(columns[i].jobs) <= area}
         fixed = [i for i in chosen if i not in inside]
-        answer = _solve(columns, area, fixed, inside, rejected & area, by_job, banned, topo, penalty, exclusive,
-                        exclusive_of, min(round_limit_s, deadline - time.perf_counter()))
+        used = {c: 0 for c in topo.clusters}
+        for i in fixed:
+            for c, n in columns[i].nodes:
+                used[c] += n
+        taken_sets = frozenset(k for i in fixed for k in exclusive_of.get(i, ()))
+        key = (frozenset(inside), frozenset(rejected & area), tuple(used.values()), taken_sets)
+        if key in proven:
+            continue
+        answer = _solve(columns, area, inside, used, taken_sets, rejected & area, by_job, banned, topo, penalty,
+                        exclusive, exclusive_of, min(round_limit_s, deadline - time.perf_counter()))
         if answer is None:
             continue
-        new_columns, new_rejected = answer
+        new_columns, new_rejected = answer.chosen, set(answer.rejected)
+        if answer.status == "OPTIMAL" and set(new_columns) == inside:
+            proven.add(key)
         new_cost = _cost(columns, fixed + new_columns, (rejected - area) | new_rejected, penalty)
         if new_cost < cost - 1e-6 and (accept is None or accept([i for i in new_columns if i not in inside])):
             chosen, rejected, cost = fixed + new_columns, (rejected - area) | new_rejected, new_cost
@@ -119,22 +131,14 @@ def _neighbourhood(columns, chosen, rejected, group_of, by_job, support, size, r
     return area
 
 
-def _solve(columns, area, fixed, inside, rejected, by_job, banned, topo, penalty, exclusive, exclusive_of, limit_s):
-    """Optimal cover of ``area`` by columns inside it, given the ``fixed`` rest; None when CP-SAT
-    found nothing in time."""
-    if limit_s <= 0.01:
-        return None
-    used = {c: 0 for c in topo.clusters}
-    for i in fixed:
-        for c, n in columns[i].nodes:
-            used[c] += n
-    taken_sets = {k for i in fixed for k in exclusive_of.get(i, ())}
+def _solve(columns, area, inside, used, taken_sets, rejected, by_job, banned, topo, penalty, exclusive, exclusive_of,
+           limit_s):
+    """Optimal cover of ``area`` by columns inside it, given the nodes the rest of the plan ``used``
+    and the ``exclusive`` sets it took; None when CP-SAT found nothing in time."""
     candidates = sorted({i for j in area for i in by_job[j] if i not in banned and set(columns[i].jobs) <= area
                          and not taken_sets.intersection(exclusive_of.get(i, ()))})
     # One worker: on models this small it is quicker than a portfolio.
     answer = solve_integer(columns, sorted(area), topo, allowed=candidates, penalty=penalty, time_limit_s=limit_s,
                            threads=1, hint=Incumbent(sorted(inside), sorted(rejected)), exclusive=exclusive,
-                           used=used)
-    if answer.objective is None:
-        return None
-    return answer.chosen, set(answer.rejected)
+                           used=used, small=True)
+    return answer if answer.objective is not None else None

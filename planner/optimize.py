@@ -9,8 +9,7 @@
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
    migration charge, from the best known plan as hint. After column generation a master of at
-   most 8,000 columns is solved whole by CBC, a larger one not (300 Hetero jobs: CBC's 2 s over the
-   2,000 columns of least reduced cost left the dive's plan as it was); a large neighbourhood search
+   most 8,000 columns is solved whole by CBC, a larger one not; a large neighbourhood search
    (planner/lns.py) then improves the plan over every column (100 Hetero jobs s1: CBC left $3,110 in
    2 of 7 runs, the search after it $3,066-3,080 in 6 of 6). "auto": CBC there, else CP-SAT.
 3. Every chosen group gets a timetable (planner/columns.py: the round robin when it meets every
@@ -65,8 +64,7 @@ from weave_rl.planner.live import NodeAllocator
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.rules import fits_cap
 from weave_rl.planner.optimal import (Candidate, CandidateBuilder, EnumerationBudget, NoPlanInTime, _admissible,
-                             group_plan, make_candidate, packing_lower_bound,
-                             work_lower_bound)
+                                      group_plan, make_candidate, packing_lower_bound, work_lower_bound)
 from weave_rl.planner.pricing import PricingPool, price_exact
 from weave_rl.planner.plan import DEFAULT_ELASTIC, GroupPlan, Plan, Rejection, SolverInfo
 from weave_rl.planner.reasons import not_placed_reason, with_placement_note

@@ -11,11 +11,12 @@ import pytest
 
 from bench.bruteforce import BruteForceStats, brute_force_cost
 from weave_rl.planner.api import make_plan
-from weave_rl.planner.colocated import colocated_jobs
 from weave_rl.planner.model import PlanningModel
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology
+
+from testbed import colocated_jobs  # tests/ is on sys.path under pytest
 
 TRAIN, ROLLOUT = 8 * 5.28, 8 * 1.85
 ALONE = TRAIN + ROLLOUT  # 57.04

@@ -24,8 +24,8 @@ def master(pairs, jobs=4, train_nodes_per_pair=1):
     return columns
 
 
-def run(columns, start, jobs=4, topo=TESTBED, **kw):
-    return improve(columns, list(range(jobs)), topo, start, penalty=PENALTY, deadline=time.perf_counter() + 5,
+def run(columns, start, jobs=4, topo=TESTBED, deadline_s=5.0, **kw):
+    return improve(columns, list(range(jobs)), topo, start, penalty=PENALTY, deadline=time.perf_counter() + deadline_s,
                    **{"banned": set(), **kw})
 
 
@@ -90,3 +90,16 @@ def test_a_search_takes_only_decided_columns_and_keeps_the_bans():
     assert sorted(best.columns) == [0, 1, 5]
     assert best.objective == pytest.approx(32.0)
     assert 4 in banned and not timetables[4].ok and timetables[5].ok
+
+
+def test_a_neighbourhood_proven_optimal_is_not_solved_again(monkeypatch):
+    # Jobs 2 and 3 share no column with another job: the neighbourhoods are {0, 1}, {2} and {3}, each
+    # the best of its columns from the start, and drawn again and again in 0.5 s.
+    import weave_rl.planner.lns as lns
+
+    calls = []
+    solve = lns._solve
+    monkeypatch.setattr(lns, "_solve", lambda *args: calls.append(args) or solve(*args))
+    best = run(master([(0, 1)]), Incumbent([4, 2, 3], []), deadline_s=0.5)
+    assert sorted(best.columns) == [2, 3, 4] and best.objective == pytest.approx(32.0)
+    assert sorted(sorted(args[1]) for args in calls) == [[0, 1], [2], [3]]

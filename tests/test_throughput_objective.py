@@ -13,7 +13,6 @@ from bench.bruteforce import brute_force_throughput
 from weave_rl.core.errors import InputError
 from weave_rl.planner.api import make_plan
 from weave_rl.planner.check import check_plan, format_violations
-from weave_rl.planner.colocated import colocated_jobs
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.plan import load_plan
 from weave_rl.planner.throughput import iterations_per_usd, plan_max_throughput
@@ -22,6 +21,7 @@ from weave_rl.profiles.jobs import jobs_from_data, jobs_to_data
 from weave_rl.topology.topology import load_topology
 
 from test_bruteforce import exhaustive  # tests/ is on sys.path under pytest
+from testbed import colocated_jobs
 
 TRAIN, ROLLOUT = 8 * 5.28, 8 * 1.85
 

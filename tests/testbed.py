@@ -35,3 +35,9 @@ def least_per_leader(builder, candidates, value) -> dict[int, float]:
         leader = min(c.jobs, key=lambda j: (builder.cap[j], j))
         least[leader] = min(least.get(leader, 0.0), c.cost - sum(value[j] for j in c.jobs))
     return least
+
+
+def colocated_jobs(plan) -> list[str]:
+    """The jobs of a plan whose rollout runs on their own training GPUs."""
+    return [j.name for g in plan.groups for j in g.jobs
+            if sorted(j.phase("rollout").gpus) == sorted(j.phase("train").gpus)]
