@@ -12,7 +12,10 @@ a. 100 and 300 jobs of each family (Mixed, BL, RH, TH, Hetero), seeds 1..3, on `
    N that way): ``optimal`` against ``weave`` and ``solo``: cost, lower bound, gap, wall time.
    Targets: optimal <= weave on every instance, gap <= 3 %, wall <= the time limit (30 s) on 2
    threads; for Hetero (mixed shapes, ``profiles/generators.py``) optimal's $/h <= weave's even where
-   it places more jobs. ``--quick``: Mixed only, one seed.
+   it places more jobs. ``--quick``: Mixed only, one seed. Every instance listed in ``--baseline``
+   (by default the frozen baseline of issue 23, bench/baselines/planner_scale-59735cc.txt: the
+   homogeneous families) is held to it at its 30 s and 2 threads: cost at most 1 % above the
+   baseline's, gap at most 1 point above its gap. ``--baseline none``: no such check.
 b. ``OnlinePlanner.admit`` latency with 100, 500 and 2,000 concurrent jobs: fill the plan, then 200
    arrivals each after one random departure; p50 / p99 / max. Target: p99 <= 50 ms at 2,000.
 c. ``replan`` after 10 % of 100 Mixed jobs drift by 1.5x (rollout and train): cost against a
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -43,6 +48,9 @@ FAMILIES = ["Mixed", "BL", "RH", "TH", "Hetero"]
 STRICT_COST_FAMILIES = {"hetero"}
 GAP_TARGET = 0.03
 P99_TARGET_MS = 50.0
+BASELINE = Path(__file__).parent / "baselines" / "planner_scale-59735cc.txt"
+FLOOR_COST, FLOOR_GAP_POINTS = 0.01, 1.0  # no instance dearer than its baseline by more, nor its gap wider
+_RESULT_LINE = re.compile(r"^\s+(\S+ s\d+): \$([\d,.]+)/h, bound \$[\d,.]+, gap ([\d.]+)%")
 
 
 def say(text: str = "") -> None:
@@ -60,6 +68,35 @@ def topology_for(jobs: int, workload: JobSet | None = None):
         n += 1
 
 
+def load_baseline(path: Path) -> dict[str, tuple[float, float]]:
+    """Instance -> (cost $/h, gap %) from a saved run's progress lines (``  Mixed-100 s1: $2,214.08/h, ...``)."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such baseline file (--baseline: a saved run of this benchmark, or 'none')")
+    rows = {}
+    for line in path.read_text().splitlines():
+        match = _RESULT_LINE.match(line)
+        if match:
+            rows[match.group(1)] = (float(match.group(2).replace(",", "")), float(match.group(3)))
+    if not rows:
+        raise SystemExit(f"{path}: no result lines ('  NAME sN: $COST/h, bound $B, gap G%') to compare with")
+    return rows
+
+
+def below_floor(name: str, cost: float, gap_pct: float, baseline: dict[str, tuple[float, float]]) -> list[str]:
+    """Why this instance misses the baseline's floor (nothing when it holds, or has no baseline)."""
+    if name not in baseline:
+        return []
+    base_cost, base_gap = baseline[name]
+    failures = []
+    if cost > base_cost * (1 + FLOOR_COST) + 1e-6:
+        failures.append(f"a. {name}: ${cost:,.2f}/h is {100 * (cost / base_cost - 1):+.2f}% against the baseline's "
+                        f"${base_cost:,.2f}/h (floor +{100 * FLOOR_COST:g}%)")
+    if gap_pct > base_gap + FLOOR_GAP_POINTS + 1e-9:
+        failures.append(f"a. {name}: gap {gap_pct:.2f}% against the baseline's {base_gap:.2f}% "
+                        f"(floor +{FLOOR_GAP_POINTS:g} point)")
+    return failures
+
+
 def placed(plan: Plan) -> int:
     return sum(len(g.jobs) for g in plan.groups)
 
@@ -71,6 +108,10 @@ def valid(plan: Plan, topo, jobs) -> bool:
 # ----- a. scale -------------------------------------------------------------------------------
 def section_scale(args) -> list[str]:
     families = ["Mixed"] if args.quick else args.families.split(",")
+    baseline = {} if args.baseline == "none" else load_baseline(Path(args.baseline))
+    if baseline and (args.time_limit, args.threads) != (30.0, 2):
+        say("(the baseline is not compared: it was measured at 30 s on 2 threads)")
+        baseline = {}
     seeds = [1] if args.quick else [1, 2, 3]
     rows, failures = [], []
     for n in [int(x) for x in args.sizes.split(",")]:
@@ -103,6 +144,7 @@ def section_scale(args) -> list[str]:
                     failures.append(f"a. {name}: gap {100 * gap:.2f}% > {100 * GAP_TARGET:.0f}%")
                 if wall > args.time_limit + 1.0:
                     failures.append(f"a. {name}: {wall:.1f} s > {args.time_limit:g} s")
+                failures += below_floor(name, opt.cost_usd_per_hour, 100 * gap, baseline)
     say(table("a. optimal at scale (cost $/h; x weave / x solo: optimal's cost relative to theirs)",
               ["instance", "topology", "placed", "optimal", "bound", "gap", "wall s", "x weave", "x solo",
                "weave placed", "master", "status", "valid"], rows))
@@ -197,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default="abc", help="which sections to run, e.g. 'b'")
     parser.add_argument("--families", default=",".join(FAMILIES), help="section a: families, comma-separated")
     parser.add_argument("--sizes", default="100,300", help="section a: job counts, comma-separated")
+    parser.add_argument("--baseline", default=str(BASELINE),
+                        help="section a: a saved run whose instances are held to the floor, or 'none'")
     args = parser.parse_args(argv)
     failures: list[str] = []
     if "a" in args.sections:
