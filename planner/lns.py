@@ -1,27 +1,21 @@
 """Large neighbourhood search on the set-partitioning master: an integer plan improved by solving
-small parts of it exactly.
-
-At 300 jobs CBC, over every column, improves the dive's plan slowly (its search tree is wide); a
-few dozen jobs at a time are solved to optimality by CP-SAT in milliseconds. Each round:
+small parts of it exactly (at 300 jobs CBC over every column is slow: its search tree is wide). Each round:
 
 1. a neighbourhood: a random group of the incumbent, grown by the groups of the jobs that share a
-   column with its jobs (mostly columns the LP used, which link the jobs the LP mixes) until about
-   ``size`` jobs; rejected jobs are always in it;
-2. the sub-problem: every column (not banned) whose jobs all lie in the neighbourhood, each job
-   covered once or rejected at the master's penalty, within the nodes the rest of the plan leaves
-   (and at most one column of each ``exclusive`` set, counting the rest of the plan);
+   column with its jobs (mostly columns the LP used) until about ``size`` jobs, rejected jobs always in;
+2. the sub-problem: every column (not banned) inside it, each job covered once or rejected at the
+   master's penalty, within the nodes (and ``exclusive`` sets) the rest of the plan leaves;
 3. CP-SAT from the current groups as hint; a cheaper answer replaces them once ``accept`` agrees
-   (the caller checks that every new group has a timetable and bans those that have none). A
-   neighbourhood proven optimal is not solved again while the rest leaves it the same nodes (a
-   random growth draws the same one again: 15 % of the rounds at 300 RH jobs).
+   (the caller checks each new group's timetable). A neighbourhood proven optimal is not solved again
+   while the rest leaves it the same nodes (15 % of the rounds at 300 RH jobs drew one again).
+Columns that come meanwhile (``more``: column generation in the background) join at each round.
 
 From the dive's plan of the 300-job BL s1 and Mixed s3 masters (3.4 % and 4.1 % above the LP
 bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every column 2.0-3.0 % and 2.3 %. On
-100 RH jobs it finds little (few whole columns lie inside 30 of those jobs): masters of at most
-8,000 columns go to CBC first (planner/optimize.py). One search runs in process (two forked ones
-found the same plans on 7 of 8 instances, and took the core of the background pricing). Since its
-small models solve quicker it still improves in its last 2 s on 300 Hetero jobs (s1-s3), as after
-10 s on 300 RH jobs; the start matters as much (a shorter dive gave no cheaper plans: budget.py).
+100 RH jobs it finds little (few whole columns lie inside 30 jobs): masters of at most 8,000 columns
+go to CBC first (planner/optimize.py). One search runs in process (two forked ones found the same
+plans on 7 of 8 instances, and took the background pricing's core). It still improves in its last
+2 s on 300 Hetero jobs (s1-s3), and after 10 s on 300 RH jobs.
 """
 
 from __future__ import annotations
@@ -38,10 +32,11 @@ from weave_rl.topology.topology import Topology
 def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: Incumbent, *, banned: set[int],
             penalty: float, deadline: float, exclusive: list[list[int]] = (), support: Mapping[int, list[int]] = None,
             size: int = 30, round_limit_s: float = 0.5, seed: int = 0,
-            accept: Callable[[list[int]], bool] | None = None) -> Incumbent:
+            accept: Callable[[list[int]], bool] | None = None, more: Callable[[], list[int]] = list) -> Incumbent:
     """A plan no dearer than ``start`` (the same one when nothing better is found by ``deadline``).
     ``support``: job -> columns the LP used (neighbourhoods follow them first). ``accept(new)`` may
-    refuse an improvement for its new columns (and add them to ``banned``, which is read afresh)."""
+    refuse an improvement for its new columns (and add them to ``banned``, which is read afresh).
+    ``more()``: the columns appended to ``columns`` since it was last called (new rounds take them)."""
     rng = random.Random(seed)
     by_job: dict[int, list[int]] = {j: [] for j in job_ids}
     for i, col in enumerate(columns):
@@ -57,6 +52,9 @@ def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: In
     cost = _cost(columns, chosen, rejected, penalty)
     proven: set[tuple] = set()  # neighbourhoods solved to their start, with what the rest left them
     while time.perf_counter() < deadline - 0.05 and chosen:
+        for i in more():
+            for j in columns[i].jobs:
+                by_job[j].append(i)
         group_of = {j: i for i in chosen for j in columns[i].jobs}
         area = _neighbourhood(columns, chosen, rejected, group_of, by_job, support, size, rng)
         inside = {i for i in chosen if set(columns[i].jobs) <= area}
@@ -88,7 +86,7 @@ DECIDE_S = 0.3  # the most one new column's verdict may take (a column undecided
 
 def search(columns: list[Column], job_ids: list[int], topo: Topology, start: Incumbent, *, banned: set[int],
            penalty: float, deadline: float, exclusive: list[list[int]], support: Mapping[int, list[int]],
-           seed: int, decide: Decide, known: dict[int, Any]) -> Incumbent:
+           seed: int, decide: Decide, known: dict[int, Any], more: Callable[[], list[int]] = list) -> Incumbent:
     """``improve`` taking an improvement only once ``decide`` accepts each of its new columns.
     ``known`` caches the verdicts and gains the new ones; a column refused joins ``banned``."""
 
@@ -99,14 +97,13 @@ def search(columns: list[Column], job_ids: list[int], topo: Topology, start: Inc
                 if left <= 0:
                     return False
                 known[i] = decide(i, min(DECIDE_S, left))
-                if not known[i].ok:
-                    banned.add(i)
             if not known[i].ok:
+                banned.add(i)
                 return False
         return True
 
     return improve(columns, job_ids, topo, start, banned=banned, penalty=penalty, deadline=deadline,
-                   exclusive=exclusive, support=support, seed=seed, accept=accept)
+                   exclusive=exclusive, support=support, seed=seed, accept=accept, more=more)
 
 
 def _cost(columns: list[Column], chosen: list[int], rejected: set[int], penalty: float) -> float:

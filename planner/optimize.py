@@ -33,14 +33,11 @@ reduced cost first, for the DECIDE share of the time: those without a timetable 
 bound needs them) but are closed to its dives and banned from the master; those not reached are
 decided by the dives that would fix them.
 
-Integer plans: the LP is dived on, fixing a few columns per round and pricing (greedily) the jobs
-left, so the columns that complete a partial plan exist; more dives rank the fractional columns
-with seeded noise, and the cheapest plan is the master's hint. A dive cut short is completed by
-rounding its last LP solution.
-
-Time: one budget shared by the one table in planner/budget.py. When no plan is verified in time, or
-the independent checker (planner/check.py) rejects the plan, ``NoPlanInTime`` (the API then falls
-back to the weave policy).
+Integer plans: dives on the LP (fixing a few columns per round, pricing greedily the jobs left; then
+ranked with seeded noise), the cheapest the master's hint; the neighbourhood search also takes the
+columns column generation in the background sends. Time: one budget (planner/budget.py). When no
+plan is verified in time, or the independent checker (planner/check.py) rejects it, ``NoPlanInTime``
+(the API then falls back to the weave policy).
 """
 
 from __future__ import annotations
@@ -152,6 +149,7 @@ class _Solve:
     large: bool = False  # column generation, or more columns than CP-SAT solves exactly
     lagrangian: float | None = None  # column generation's bound, when a pricing was proven
     proof: tuple | None = None  # (process, pipe): column generation going on (``_bound_later``)
+    proven: list[float] = field(default_factory=list)  # the bounds it sent
     lp_state: LpState | None = None
     pools: SharedPools | None = None  # the sets of jobs that may time-share a pool: columns from the start
     solver: str = "auto"
@@ -392,35 +390,41 @@ def _mend(s: _Solve, master: IntegerResult, failed: list[int]) -> None:
 
 
 def _collect_proof(s: _Solve) -> None:
-    """The best Lagrangian bound column generation proved after it went on in the background
-    (``_bound_later``), by the end of the searches."""
-    if s.proof is None:
-        return
-    (process, reader), s.proof = s.proof, None
-    bounds = []
-    while reader.poll(max(0.0, s.budget.deadline + 0.05 - time.perf_counter())):
+    """The best bound column generation in the background (``_bound_later``) proved by the searches' end."""
+    if s.proof is not None:
+        _background(s, wait_until=s.budget.deadline + 0.05)
+        s.proof[0].terminate()
+        s.proof[0].join()
+        s.proof = None
+        s.say(f"column generation in the background: {len(s.proven)} complete pricing(s) in time"
+              + (f", bound ${max(s.proven):,.2f} (each: {', '.join(f'${b:,.2f}' for b in s.proven)})" if s.proven else ""))
+        s.lagrangian = max([b for b in s.proven + [s.lagrangian] if b is not None], default=None)
+
+
+def _background(s: _Solve, wait_until: float = 0.0) -> list[int]:
+    """What column generation in the background sent by ``wait_until``: its bounds join ``s.proven``; its
+    columns (each leader's best group at its latest duals) join the LP's support, and are returned."""
+    fresh: list[int] = []
+    while s.proof is not None and s.proof[1].poll(max(0.0, wait_until - time.perf_counter())):
         try:
-            bounds.append(reader.recv())
+            bound, cands = s.proof[1].recv()
         except (EOFError, OSError):  # it has ended: the LP settled, or GLOP failed
             break
-    process.terminate()
-    process.join()
-    if not bounds:
-        s.say("column generation in the background: no complete pricing in time")
-        return
-    s.say(f"column generation in the background: {len(bounds)} complete pricing(s), bound ${max(bounds):,.2f}"
-          f" (each: {', '.join(f'${b:,.2f}' for b in bounds)})")
-    if s.lagrangian is None or max(bounds) > s.lagrangian:
-        s.lagrangian = max(bounds)
+        s.proven.append(bound)
+        for column in (_candidate_column(cand, s.charge) for cand in cands):
+            if s.add(column):
+                fresh.append(len(s.columns) - 1)
+                for j in column.jobs:
+                    s.support.setdefault(j, []).append(fresh[-1])
+    return fresh
 
 
 def _bound_later(lp: LpMaster, builder: CandidateBuilder, charge: Mapping[int, float], k_groups: int,
                  deadline: float) -> tuple | None:
-    """Column generation goes on in a forked process once the solve moves on unsettled (its steps
-    leave a core idle but for the neighbourhood search's): complete pricings at the LP's duals, each
-    proven round's Lagrangian bound sent back, until the LP settles or ``deadline``. On 300 Hetero
-    jobs the LP is often a round or two from settling when column generation ends, and the bound at
-    one round's duals is far from the next one's (s3: $8,093 at round 40, $8,536 at round 42).
+    """Column generation goes on in a forked process once the solve moves on unsettled (the solve's
+    steps leave a core idle): complete pricings at the LP's duals, each round's Lagrangian bound and
+    columns sent back (``_background``), until the LP settles or ``deadline``. The bound at one round's
+    duals is far from the next one's (300 Hetero jobs s3: $8,093 at round 40, $8,536 at round 42).
     Returns (process, pipe), or None without fork."""
     try:
         context = multiprocessing.get_context("fork")
@@ -445,7 +449,7 @@ def _go_on(lp: LpMaster, builder: CandidateBuilder, charge: Mapping[int, float],
         if not priced.proven:
             return
         bound = value + max(k_groups * priced.rc_lower_bound, priced.rc_sum_bound)
-        writer.send(bound)
+        writer.send((bound, priced.columns))
         if not priced.columns or value - bound <= CG_GAP * max(1.0, abs(value)):
             return
         for cand in priced.columns:
@@ -868,7 +872,7 @@ def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
     banned = s.banned - (s.unsure - s.timetables.keys())
     better = search(columns, s.job_ids, model.topology, start, banned=banned, penalty=s.penalty,
                     deadline=s.budget.deadline, exclusive=s.exclusive, support=s.support,
-                    seed=s.result.master_solves, known=s.timetables,
+                    seed=s.result.master_solves, known=s.timetables, more=lambda: _background(s),
                     decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s))
     if better.objective >= master.objective - 1e-6:
         return master

@@ -335,7 +335,8 @@ def test_a_share_counts_the_columns_the_other_shares_found():
 def test_column_generation_left_unsettled_goes_on_in_the_background_to_the_lp_optimum():
     # Column generation that ends unsettled goes on in a forked process while the plan is built:
     # each complete pricing's Lagrangian bound is a bound of the LP, and given the time the last one
-    # is its optimum, the LP over every candidate group (enumerated whole on 8 Hetero jobs).
+    # is its optimum, the LP over every candidate group (enumerated whole on 8 Hetero jobs). Each
+    # bound comes with the pricing's columns (for the neighbourhood search).
     from weave_rl.planner.colgen import LpMaster, max_groups, reject_penalty
     from weave_rl.planner.optimize import _bound_later, _candidate_column, _singletons
 
@@ -352,13 +353,16 @@ def test_column_generation_left_unsettled_goes_on_in_the_background_to_the_lp_op
     assert builder.complete
     process, pipe = _bound_later(lp_of(_singletons(builder)), builder, {}, max_groups(topo, len(ids)),
                                  time.perf_counter() + 120)
-    bounds = []
+    bounds, sent = [], []
     while pipe.poll(120):
         try:
-            bounds.append(pipe.recv())
+            bound, columns = pipe.recv()
         except EOFError:  # it ends once the LP settles
             break
+        bounds.append(bound)
+        sent.append(columns)
     process.join()
+    assert len(sent[0]) >= 2 and all(set(c.jobs) <= set(ids) for cs in sent for c in cs)
     assert len(bounds) >= 2 and bounds[0] < optimum - 1.0  # from the singletons' duals, a weak bound first
     assert all(b <= optimum + 1e-6 for b in bounds)
     assert bounds[-1] == pytest.approx(optimum, rel=1e-3)

@@ -65,6 +65,22 @@ def test_at_most_one_column_of_an_exclusive_set():
     assert best.objective == pytest.approx(32.0)
 
 
+def test_columns_that_come_during_the_search_are_taken():
+    # Pairs (0, 1) and (2, 3) come only after the search began (``more``, as column generation in
+    # the background sends them): the search then pairs the jobs, $24 instead of $40.
+    columns = master([])
+    arrivals = [[], [], [Column((0, 1), (("train", 1),), 12.0), Column((2, 3), (("train", 1),), 12.0)]]
+
+    def more():
+        fresh = arrivals.pop(0) if arrivals else []
+        columns.extend(fresh)
+        return list(range(len(columns) - len(fresh), len(columns)))
+
+    best = run(columns, Incumbent([0, 1, 2, 3], []), deadline_s=2.0, more=more)
+    assert sorted(best.columns) == [4, 5] and best.objective == pytest.approx(24.0)
+    assert not arrivals
+
+
 def test_never_dearer_than_the_start_and_stops_at_the_deadline():
     columns = master([])  # nothing to improve
     started = time.perf_counter()
