@@ -14,12 +14,10 @@ threshold, by four lower bounds on the rollout side: each member needs a class a
 its cheapest; a class runs at most ``C`` seconds of rollout per node, so rollouts cost at least
 ``sum_j price'_c * nodes_j * rollout_j / C``; a class holds at most one rollout longer than ``C / 2``;
 and each member yields at most the best value-less-cost per member of any class that may hold it
-(``_Search._shares``). Leaves that pass are costed exactly: every layout of their trains on the
-pool, every choice of rollout options and partition into classes, laid out by ``class_layout``
-(planner/rules.py, the candidate rules). A choice or partition whose whole-node floor (on each
-cluster, its rollouts' node-time over ``C``) cannot beat the threshold is passed over before anything
-is laid out. The search is exact for the whole candidate space; when it runs out of time it proves
-nothing.
+(``_Search._shares``). Leaves that pass are costed exactly: every layout of their trains on the pool,
+every choice of rollout options and partition into classes, laid out by ``class_layout`` (planner/rules.py,
+the candidate rules), unless a floor (each cluster's rollout node-time over ``C``; one-node rollouts'
+bins) cannot beat the threshold. Exact over the candidate space; out of time, it proves nothing.
 """
 
 from __future__ import annotations
@@ -576,6 +574,10 @@ class _Search:
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
         budget = gain - ctx.fixed + self.bar[0] + EPS  # rollout classes must cost less for rc < the bar
+        one = [o[0] for o in map(ctx.opts.get, jobs) if len(o) == 1 and o[0].nodes == 1]
+        if len(one) == len(jobs) and len({o.cluster for o in one}) == 1 and \
+                self.price[one[0].cluster] * _bins_floor([load_s(o, True) for o in one], cap) >= budget - EPS:
+            return  # ``_leaf_one_node``'s bins, too many whatever the layout (most leaves on 300 RH jobs)
         costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
             if max(t.nodes for t in trains) < width or (self.only_mixed and len({t.gpus for t in trains}) == 1):
@@ -734,22 +736,19 @@ class _Search:
 
     def _leaf_one_node(self, ctx, jobs: list[int], trains: tuple, train_offsets: tuple, opts: dict, gain: float,
                        budget: float, need: int) -> None:
-        """The common case, fast: one rollout option per job, one node wide, one cluster. The
-        classes are bins of capacity ``cap`` (warm switches counted when a bin is shared) and node
-        host memory; the fewest bins is the cheapest."""
+        """One rollout option per job, one node wide, one cluster: the cheapest classes are the fewest
+        bins of capacity ``cap`` (warm switches counted when a bin is shared) and node host memory."""
         cap, fixed = ctx.cap, ctx.fixed
         options = [opts[j][0] for j in jobs]
         cluster = options[0].cluster
         price = self.price[cluster]
-        node_mem = self.b.topo.clusters[cluster].host_mem_gb
         busy = [load_s(o, True) for o in options]
         mem = [o.host_mem_gb for o in options]
         most = int(math.ceil((budget - EPS) / price)) - 1  # bins that still leave a negative rc
-        big = sum(1 for x in busy if x > cap / 2 + TOL)
-        fewest = max(1, need, big)
+        fewest = max(1, need, _bins_floor(busy, cap))
         if fewest > most:
             return
-        bins, classes = _fewest_bins(busy, mem, cap, node_mem, fewest)
+        bins, classes = _fewest_bins(busy, mem, cap, self.b.topo.clusters[cluster].host_mem_gb, fewest)
         if bins > most:
             return
         rc = fixed + price * bins - gain
@@ -792,13 +791,24 @@ class _Search:
         return self._classes[key]
 
 
+def _bins_floor(busy: list[float], cap: float) -> int:
+    """Martello and Toth's L2: no fewer bins of capacity ``cap`` hold ``busy``. Members over half the cap
+    take a bin each; for a size ``alpha`` of the others, those of at least ``alpha`` fill the room the
+    big members leave them (none beside one that ``alpha`` would overflow), then bins of their own."""
+    big = [x for x in busy if x > cap / 2 + TOL]
+    best = len(big)
+    for alpha in {x for x in busy if x <= cap / 2 + TOL}:
+        room = sum(cap + TOL - x for x in big if x + alpha <= cap + TOL)
+        small = sum(x for x in busy if alpha <= x <= cap / 2 + TOL)
+        best = max(best, len(big) + math.ceil(max(0.0, small - room) / (cap + TOL) - 1e-9))
+    return best
+
+
 def _fewest_bins(busy: list[float], mem: list[float], cap: float, node_mem: float,
                  at_least: int = 1) -> tuple[int, list[list[int]]]:
-    """Fewest bins of capacity ``cap`` (a bin of one member always fits its node's time) and node
-    memory ``node_mem`` for members of times ``busy`` and memory ``mem``; ``at_least`` is a known
-    lower bound. First fit decreasing when it meets that bound (the common case), else dynamic
-    programming over subsets (at most 2^k of them): exact either way. Returns the count and the
-    bins (member indices)."""
+    """Fewest bins of capacity ``cap`` (a bin of one member always fits its node's time) and node memory
+    ``node_mem`` for members of times ``busy`` and memory ``mem``, and the bins (member indices): first fit
+    decreasing when it meets ``at_least`` (a known floor; almost always), else dynamic programming over subsets."""
     n = len(busy)
     if any(m > node_mem for m in mem):
         return n + 1, []  # no node holds that member's state: no packing at all
@@ -816,15 +826,8 @@ def _fewest_bins(busy: list[float], mem: list[float], cap: float, node_mem: floa
     if len(bins) <= at_least:
         return len(bins), [sorted(b) for b in bins]
     full = (1 << n) - 1
-    load = [0.0] * (full + 1)
-    memory = [0.0] * (full + 1)
-    size = [0] * (full + 1)
-    for mask in range(1, full + 1):
-        low = (mask & -mask).bit_length() - 1
-        rest = mask & (mask - 1)
-        load[mask], memory[mask], size[mask] = load[rest] + busy[low], memory[rest] + mem[low], size[rest] + 1
-    ok = [mask > 0 and memory[mask] <= node_mem and (size[mask] == 1 or load[mask] <= cap + TOL)
-          for mask in range(full + 1)]
+    ok = [len(m) == 1 or len(m) > 1 and sum(busy[i] for i in m) <= cap + TOL and sum(mem[i] for i in m) <= node_mem
+          for m in _members(n)]
     best = [0] + [n + 1] * full
     pick = [0] * (full + 1)
     for mask in range(1, full + 1):
@@ -857,10 +860,7 @@ def _prefix_best(entries: list[tuple]) -> tuple[list[float], list[list[tuple]]]:
 
 def _other(top: list[tuple], j: int) -> float | None:
     """The best value among ``top``'s (value, job) whose job is not ``j``."""
-    for v, i in top:
-        if i != j:
-            return v
-    return None
+    return next((v for v, i in top if i != j), None)
 
 
 def _suffix_top(values: list[float], k: int) -> list[list[float]]:

@@ -21,7 +21,7 @@ from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lowe
 from weave_rl.planner.columns import Column
 from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _round_lp, _singletons,
                               plan_optimal)
-from weave_rl.planner.pricing import price_exact
+from weave_rl.planner.pricing import _bins_floor, _fewest_bins, price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology
@@ -73,6 +73,21 @@ def test_per_leader_bound_sums_each_leaders_least_reduced_cost(family, seed):
     assert pr.rc_sum_bound < 0
     # Tighter than the number of groups times the least reduced cost, the bound it joins.
     assert pr.rc_sum_bound >= max_groups(TESTBED, len(builder.job_ids)) * pr.rc_lower_bound - 1e-6
+
+
+def test_bin_floor_is_never_above_the_fewest_bins_and_sees_what_the_big_count_misses():
+    # Three members over half the cap take a bin each; the two under it fit together (0.992) but
+    # only one fits beside a big one (0.495 + 0.504), so four bins: the big count alone says three.
+    busy = [0.495, 0.497, 0.504, 0.661, 0.811]
+    assert _bins_floor(busy, 1.0) == 4 == _fewest_bins(busy, [0.0] * 5, 1.0, 1.0)[0]
+    rng = np.random.default_rng(7)
+    tight = 0
+    for _ in range(400):
+        busy = list(rng.uniform(0.05, 0.95, size=int(rng.integers(1, 6))))
+        floor, fewest = _bins_floor(busy, 1.0), _fewest_bins(busy, [0.0] * len(busy), 1.0, 1.0)[0]
+        assert floor <= fewest
+        tight += floor == fewest
+    assert tight >= 390  # 400 here; the big count with the volume bound: 368
 
 
 def test_pricing_bound_holds_when_nothing_improves():
