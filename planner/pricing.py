@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from weave_rl.planner import kernel
 from weave_rl.planner.optimal import Candidate, CandidateBuilder, make_candidate
 from weave_rl.planner.rules import TIME_TOL as TOL, class_layout, fits_cap, load_s
 
@@ -294,8 +295,7 @@ class _Search:
             kept = self._kept.get(m, ())
             self.bar[0] = self.threshold if len(kept) < (self.per_leader or math.inf) else \
                 min(self.threshold, -kept[0][0])
-            if not self._dfs(ctx, [m], 0, ctx.tau[m], ctx.mem[m], self.value[m], ctx.area[m],
-                             ctx.cheapest[m], ctx.big[m], ctx.wide[m], ctx.share[m]):
+            if not self._dfs(ctx):
                 self.rotation[key] = li + 1  # the next call starts after this leader
                 return False
         return True
@@ -489,82 +489,33 @@ class _Search:
         np.fill_diagonal(better, False)
         return better
 
-    def _dfs(self, ctx, group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum) -> bool:
-        """Depth-first over the leader's candidates in order; False when time or the column quota
-        ran out. The hot loop of column generation: everything it reads is bound to locals once per
-        leader (a closure), which halves its time against attribute and tuple lookups per node."""
-        tau, mem_cap, cands, top_v, top_u, fixed, top_w, top_s = (
-            ctx.tau, ctx.mem_cap + TOL, ctx.cands, ctx.top_v, ctx.top_u, ctx.fixed, ctx.top_w, ctx.top_s)
-        area, cheapest, big, value = ctx.area, ctx.cheapest, ctx.big, self.value
-        bar, stop_after, found, deadline, k = self.bar, self.stop_after, self.found, self.deadline, self.b.k
-        n = len(cands)
-        limit = ctx.limit
-        tau_c = [tau[j] for j in cands]
-        mem_c = [ctx.mem[j] for j in cands]
-        value_c = [value[j] for j in cands]
-        area_c = [area[j] for j in cands]
-        cheap_c = [cheapest[j] for j in cands]
-        big_c = [big[j] for j in cands]
-        wide_c = [ctx.wide[j] for j in cands]
-        share_c = [ctx.share[j] for j in cands]
-        wide_after = ctx.wide_after
-        leaf = self._leaf
+    def _dfs(self, ctx) -> bool:
+        """Depth-first over the leader's candidates in order (``kernel.search``), each group that passes
+        the floors costed here as it is met; False when time or the column quota ran out."""
+        cands, m, k = ctx.cands, ctx.leader, self.b.k
         # The least node-seconds of each member's rollout and the least node price it may pay: no
         # choice of rollouts has a floor (``_rollout_floor``) under the sum's whole nodes at the least price.
-        # Both kept as running sums (``seconds``, the least ``unit``) down the search.
         node_s = {j: min(o.nodes * o.duration_s for o in ctx.opts[j]) for j in ctx.opts}
         unit = {j: min(self.price[o.cluster] for o in ctx.opts[j]) for j in ctx.opts}
-        node_s_c = [node_s[j] for j in cands]
-        unit_c = [unit[j] for j in cands]
-        ceil, cap = math.ceil, ctx.cap
-
-        def visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum, seconds,
-                  least_unit) -> bool:
-            self.visited += 1
-            if self.visited % 2000 == 0 and (time.perf_counter() > deadline or self.enough()):
+        rows = (ctx.tau, ctx.mem, self.value, ctx.area, ctx.cheapest, ctx.big, ctx.wide, ctx.share, node_s, unit)
+        per = np.zeros((kernel.ROWS + 1, len(cands) + 1))
+        per[:kernel.ROWS, :-1] = [[row[j] for j in cands] for row in rows]
+        per[kernel.WIDE_AFTER] = ctx.wide_after
+        tops = np.array([ctx.top_v, ctx.top_u, ctx.top_w, ctx.top_s])
+        state, member, at = np.zeros((k, kernel.ROWS)), np.zeros(k, np.int64), np.zeros(k, np.int64)
+        state[0] = [row[m] for row in rows]
+        depth = 0
+        self.visited += 1
+        while depth >= 0:
+            if time.perf_counter() > self.deadline or self.enough() or \
+                    self.stop_after is not None and len(self.found) >= self.stop_after:
                 return False
-            if stop_after is not None and len(found) >= stop_after:
-                return False
-            base = fixed - gain  # the three lower bounds compared one by one, not by a max call (hot)
-            if len(group) >= 2 and has_wide and base + min_class < bar[0] and base + area_sum < bar[0] \
-                    and base + big_sum < bar[0] and fixed - share_sum < bar[0] \
-                    and base + least_unit * ceil((seconds - TOL) / cap - 1e-9) < bar[0]:
-                leaf(ctx, group)
-            room = k - len(group)
-            if room == 0:
-                return True
-            left = room - 1
-            time_left, mem_left = limit - busy, mem_cap - mem
-            for i in range(start, n):
-                if tau_c[i] > time_left or mem_c[i] > mem_left:
-                    continue  # most candidates (this test runs tens of millions of times)
-                if not has_wide and not wide_after[i]:
-                    break  # no wide job left: no group on this pool from here
-                g2, a2, w2 = gain + value_c[i], area_sum + area_c[i], big_sum + big_c[i]
-                c2 = min_class if min_class > cheap_c[i] else cheap_c[i]
-                # the most of the three lower bounds, without a call to max (this line runs millions of times)
-                least = c2 - top_v[i + 1][left]
-                other = a2 - top_u[i + 1][left]
-                if other > least:
-                    least = other
-                other = w2 - top_w[i + 1][left]
-                if other > least:
-                    least = other
-                if fixed - g2 + least >= bar[0] or fixed - share_sum - share_c[i] - top_s[i + 1][left] >= bar[0]:
-                    # No later candidate does better when even the ``room`` best values from here
-                    # cannot pay for what the group holds already: the rest of the loop is cut.
-                    if base + (min_class - top_v[i][room]) >= bar[0] or base + (area_sum - top_u[i][room]) >= bar[0] \
-                            or base + (big_sum - top_w[i][room]) >= bar[0] or fixed - share_sum - top_s[i][room] >= bar[0]:
-                        break
-                    continue
-                if not visit(group + [cands[i]], i + 1, busy + tau_c[i], mem + mem_c[i], g2, a2, c2, w2,
-                             has_wide or wide_c[i], share_sum + share_c[i], seconds + node_s_c[i],
-                             least_unit if least_unit < unit_c[i] else unit_c[i]):
-                    return False
-            return True
-
-        return visit(group, start, busy, mem, gain, area_sum, min_class, big_sum, has_wide, share_sum,
-                     sum(node_s[j] for j in group), min(unit[j] for j in group))
+            depth, visited, leaf = kernel.search(per, tops, state, member, at, depth, ctx.fixed, ctx.limit,
+                                                 ctx.mem_cap + TOL, ctx.cap, self.bar[0], k, 4000)
+            self.visited += visited
+            if leaf:
+                self._leaf(ctx, [m] + [cands[i] for i in member[1:depth + 1]])
+        return True
 
     def _leaf(self, ctx, group: list[int]) -> None:
         """Exact cost of the group: every layout of its members' training options on the pool (the

@@ -1,0 +1,83 @@
+"""Exact pricing's depth-first search over one leader's candidates, compiled (numba): the hot loop of
+column generation, tens of millions of candidate tests on 300 jobs, 30 times quicker than in Python.
+
+It walks an explicit stack and returns to ``pricing._Search._dfs`` at each group that passes the
+floors (to be costed there, which may lower the bar) or after ``budget`` nodes (to check the time),
+so the search is the same, node for node, as a recursive one in Python at the current bar.
+
+``per``'s rows, per candidate (column n pads ``wide_after``): train node-time share, host memory,
+value, rollout area, cheapest class, big-rollout class, has a wide train (0/1), class share, least
+rollout node-seconds, least node price, a wide candidate at or after it (0/1). ``tops[b, i, r]``:
+the sum of the ``r`` best of bound ``b``'s gains (value, value less area, value less big class,
+share) among candidates from ``i`` on. ``state[d]``: the group's sums at depth ``d`` (in the order
+of ``per``'s first ten rows); ``member[d]``: its ``d``-th candidate; ``at[d]``: the next to try.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from weave_rl.planner.rules import TIME_TOL as TOL
+
+BUSY, MEM, GAIN, AREA, CHEAPEST, BIG, WIDE, SHARE, SECONDS, UNIT, WIDE_AFTER = range(11)
+ROWS = 10  # ``state``'s sums
+
+
+@numba.njit(cache=True)
+def search(per: np.ndarray, tops: np.ndarray, state: np.ndarray, member: np.ndarray, at: np.ndarray,
+           depth: int, fixed: float, limit: float, mem_cap: float, cap: float, bar: float, k: int,
+           budget: int) -> tuple[int, int, bool]:
+    """Go on from the group at ``depth`` (its candidates from ``at[depth]``): (the depth of the group
+    returned, or -1 when the search is over; nodes visited; whether that group is a leaf to cost)."""
+    n = per.shape[1] - 1
+    visited = 0
+    while depth >= 0 and visited < budget:
+        s = state[depth]
+        room = k - 1 - depth
+        i = at[depth]
+        child = -1
+        if room > 0:
+            left = room - 1
+            base = fixed - s[GAIN]
+            while i < n:
+                if per[BUSY, i] > limit - s[BUSY] or per[MEM, i] > mem_cap - s[MEM]:
+                    i += 1
+                    continue  # most candidates
+                if s[WIDE] == 0.0 and per[WIDE_AFTER, i] == 0.0:
+                    break  # no wide job left: no group on this pool from here
+                gain = s[GAIN] + per[GAIN, i]
+                least = max(max(s[CHEAPEST], per[CHEAPEST, i]) - tops[0, i + 1, left],
+                            s[AREA] + per[AREA, i] - tops[1, i + 1, left],
+                            s[BIG] + per[BIG, i] - tops[2, i + 1, left])
+                if fixed - gain + least >= bar or fixed - s[SHARE] - per[SHARE, i] - tops[3, i + 1, left] >= bar:
+                    # No later candidate does better when even the ``room`` best values from here
+                    # cannot pay for what the group holds already: the rest of the loop is cut.
+                    if base + s[CHEAPEST] - tops[0, i, room] >= bar or base + s[AREA] - tops[1, i, room] >= bar \
+                            or base + s[BIG] - tops[2, i, room] >= bar or fixed - s[SHARE] - tops[3, i, room] >= bar:
+                        break
+                    i += 1
+                    continue
+                child = i
+                break
+        if child < 0:
+            depth -= 1  # this group's candidates are done
+            continue
+        at[depth] = child + 1
+        depth += 1
+        member[depth] = child
+        at[depth] = child + 1
+        t = state[depth]
+        for r in range(ROWS):
+            t[r] = s[r] + per[r, child]
+        t[CHEAPEST] = max(s[CHEAPEST], per[CHEAPEST, child])
+        t[WIDE] = max(s[WIDE], per[WIDE, child])
+        t[UNIT] = min(s[UNIT], per[UNIT, child])
+        visited += 1
+        base = fixed - t[GAIN]
+        if t[WIDE] > 0.0 and base + t[CHEAPEST] < bar and base + t[AREA] < bar and base + t[BIG] < bar \
+                and fixed - t[SHARE] < bar and base + t[UNIT] * math.ceil((t[SECONDS] - TOL) / cap - 1e-9) < bar:
+            return depth, visited, True
+    return depth, visited, False
