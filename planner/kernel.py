@@ -5,12 +5,14 @@ It walks an explicit stack and returns to ``pricing._Search._dfs`` at each group
 floors (to be costed there, which may lower the bar) or after ``budget`` nodes (to check the time),
 so the search is the same, node for node, as a recursive one in Python at the current bar.
 
-``per``'s rows, per candidate (column n pads ``wide_after``): train node-time share, host memory,
-value, rollout area, cheapest class, big-rollout class, has a wide train (0/1), class share, least
-rollout node-seconds, least node price, a wide candidate at or after it (0/1). ``tops[b, i, r]``:
-the sum of the ``r`` best of bound ``b``'s gains (value, value less area, value less big class,
-share) among candidates from ``i`` on. ``state[d]``: the group's sums at depth ``d`` (in the order
-of ``per``'s first ten rows); ``member[d]``: its ``d``-th candidate; ``at[d]``: the next to try.
+``per``'s rows, per candidate and then the leader: train node-time share, host memory, value,
+rollout area, cheapest class, big-rollout class, has a wide train (0/1), class share, least rollout
+node-seconds, least node price, a wide candidate at or after it (0/1); and when every rollout
+option is one node wide, their least busy time (else -1). ``tops[b, i, r]``:
+the sum of the ``r`` best gains of bound ``b`` (value; less area; less big class; share) among the
+candidates from ``i`` on. ``state[d]``: the group at depth ``d``, as ``per``'s first ten rows (sums,
+but the most cheapest class and wide, the least price); ``member[d]``: its ``d``-th candidate
+(0: the leader); ``at[d]``: the next candidate to try.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from weave_rl.planner.rules import TIME_TOL as TOL
 
-BUSY, MEM, GAIN, AREA, CHEAPEST, BIG, WIDE, SHARE, SECONDS, UNIT, WIDE_AFTER = range(11)
+BUSY, MEM, GAIN, AREA, CHEAPEST, BIG, WIDE, SHARE, SECONDS, UNIT, WIDE_AFTER, ONE_BUSY = range(12)
 ROWS = 10  # ``state``'s sums
 
 
@@ -79,5 +81,38 @@ def search(per: np.ndarray, tops: np.ndarray, state: np.ndarray, member: np.ndar
         base = fixed - t[GAIN]
         if t[WIDE] > 0.0 and base + t[CHEAPEST] < bar and base + t[AREA] < bar and base + t[BIG] < bar \
                 and fixed - t[SHARE] < bar and base + t[UNIT] * math.ceil((t[SECONDS] - TOL) / cap - 1e-9) < bar:
-            return depth, visited, True
+            if not _too_many_bins(per, member[:depth + 1], cap, t[UNIT], bar - base):
+                return depth, visited, True
     return depth, visited, False
+
+
+@numba.njit(cache=True)
+def _too_many_bins(per: np.ndarray, group: np.ndarray, cap: float, price: float, budget: float) -> bool:
+    """Whether the group's rollouts, all on one-node options, need classes (bins) that cost at least
+    ``budget`` at the least ``price`` whatever the options (most groups that pass the other floors on
+    300 RH jobs): on any choice they are no smaller, and classes on several clusters no fewer."""
+    busy = per[ONE_BUSY][group]
+    return busy.min() >= 0.0 and price * bins_floor(busy, cap) >= budget
+
+
+@numba.njit(cache=True)
+def bins_floor(busy: np.ndarray, cap: float) -> int:
+    """Martello and Toth's L2: no fewer bins of capacity ``cap`` hold ``busy``. Members over half the cap
+    take a bin each; for a size ``alpha`` of the others, those of at least ``alpha`` fill the room the
+    big members leave them (none beside one that ``alpha`` would overflow), then bins of their own."""
+    half, full = cap / 2 + TOL, cap + TOL
+    big = 0
+    for x in busy:
+        big += x > half
+    best = big
+    for alpha in busy:
+        if alpha > half:
+            continue
+        room, small = 0.0, 0.0
+        for x in busy:
+            if x > half and x + alpha <= full:
+                room += full - x
+            elif alpha <= x <= half:
+                small += x
+        best = max(best, big + math.ceil(max(0.0, small - room) / full - 1e-9))
+    return best

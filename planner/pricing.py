@@ -223,29 +223,19 @@ class PricingPool:
 
 
 class _Leader(NamedTuple):
-    """What the search for one training pool and leader needs at every node."""
+    """What the search for one training pool and leader needs, and what costing its groups does."""
 
     leader: int
     key: tuple
     trains: dict  # job -> its training options that fit the pool
-    tau: dict  # job -> least share of the pool's node-time: (train + warm switch) x nodes / width
-    mem: dict  # job -> least share of the pool's host memory per node
     mem_cap: float
     cap: float  # the leader's cycle cap
     limit: float  # most pool node-time share a group may take (see ``_Search._context``)
     opts: dict  # job -> rollout options whose loop fits the cap
     cands: list  # members that may join, by decreasing value
-    cheapest: dict  # job -> cheapest rollout class
-    area: dict  # job -> rollout cost share by time
-    top_v: list
-    top_u: list
     fixed: float  # the training pool's cost
-    big: dict  # job -> its own class's cost when its rollout exceeds half the cap, else 0
-    top_w: list
-    wide: dict  # job -> whether it has a training option as wide as the pool
-    wide_after: list  # per position in cands: whether a wide job comes at or after it
-    share: dict  # job -> the most a rollout class holding it yields per member (``_Search._shares``)
-    top_s: list
+    per: np.ndarray  # ``kernel.search``'s rows, per candidate and then the leader
+    tops: np.ndarray  # ``kernel.search``'s best gains from each candidate on
 
 
 class _Search:
@@ -319,14 +309,12 @@ class _Search:
         tau = {j: min(load_s(t, True) * t.nodes / width for t in trains[j]) for j in pool}
         mem = {j: min(t.host_mem_gb * t.nodes / width for t in trains[j]) for j in pool}
         order = sorted(pool, key=lambda j: (b.cap[j], j))
-        dominates = self._dominance(order, trains, width)
-        position = {j: i for i, j in enumerate(order)}
-        return order, trains, tau, mem, dominates, position
+        return order, trains, tau, mem
 
     def _context(self, key: tuple, setup: tuple, li: int) -> "_Leader | None":
         """The search context of the leader at position ``li`` (None when it leads no group of two)."""
         b = self.b
-        order, trains, tau, mem, dominates, position = setup
+        order, trains, tau, mem = setup
         train_mem_cap = b.topo.clusters[key[1]].host_mem_gb
         m = order[li]
         cap = b.cap[m]
@@ -357,13 +345,6 @@ class _Search:
         if m not in opts or len(opts) < 2:
             return None
         others = [j for j in opts if j != m]
-        if len(others) >= b.k:
-            # A job with k-1 eligible jobs at least as good in every respect is never needed: in
-            # any group, one of them is outside and could take its place at no higher rc (the
-            # same leader, so each leader's least reduced cost is kept too).
-            at = np.array([position[j] for j in others])
-            beaten = dominates[np.ix_(at, at)].sum(axis=0)
-            others = [j for j, n in zip(others, beaten) if n < b.k - 1]
         # A group on this pool has a member as wide as it (narrower groups are another pool's): when
         # the leader is narrow, wide jobs come first, and a branch past them with none is cut.
         wide = {j: any(t.nodes == width for t in trains[j]) for j in opts}
@@ -375,23 +356,23 @@ class _Search:
             wide_after[i] = wide_after[i + 1] or wide[cands[i]]
         cheapest = {j: min(self.price[o.cluster] * o.nodes for o in opts[j]) for j in opts}
         area = {j: min(self.price[o.cluster] * o.nodes * o.duration_s / cap for o in opts[j]) for j in opts}
-        v = [self.value[j] for j in cands]
-        u = [max(0.0, self.value[j] - area[j]) for j in cands]
         # A class holds at most one rollout longer than half the cap (two would not fit), so such
         # "big" members each pay at least their cheapest class (Martello-Toth's bin-packing bound).
         big = {j: cheapest[j] if all(o.nodes == 1 and o.duration_s + o.switch_s > cap / 2 + TOL
                                      for o in opts[j]) else 0.0 for j in opts}
-        top_w = _suffix_top([max(0.0, self.value[j] - big[j]) for j in cands], b.k - 1)
-        top_v = _suffix_top(v, b.k - 1)
-        top_u = _suffix_top(u, b.k - 1)
-        share = self._shares(opts, area, cap)
-        if share is None:  # no bound from shares: a group's share sum is infinite
-            share, top_s = dict.fromkeys(opts, math.inf), [[0.0] * b.k] * (len(cands) + 1)
-        else:
-            top_s = _suffix_top([share[j] for j in cands], b.k - 1)
-        fixed = self.price[key[1]] * width
-        return _Leader(m, key, trains, tau, mem, train_mem_cap, cap, limit, opts, cands, cheapest, area, top_v, top_u,
-                       fixed, big, top_w, wide, wide_after, share, top_s)
+        share = self._shares(opts, area, cap) or dict.fromkeys(opts, math.inf)  # inf: no bound from shares
+        # The least node-seconds of each member's rollout and the least node price it may pay: no
+        # choice of rollouts has a floor (``_rollout_floor``) under the sum's whole nodes at the least price.
+        node_s = {j: min(o.nodes * o.duration_s for o in opts[j]) for j in opts}
+        unit = {j: min(self.price[o.cluster] for o in opts[j]) for j in opts}
+        # when every rollout option is one node wide: their least busy time, for the bins floor (else -1)
+        one = {j: min(load_s(o, True) for o in opts[j]) if all(o.nodes == 1 for o in opts[j]) else -1.0 for j in opts}
+        columns = cands + [m]
+        rows = (tau, mem, self.value, area, cheapest, big, wide, share, node_s, unit)
+        per = np.array([[row[j] for j in columns] for row in rows] + [wide_after, [one[j] for j in columns]])
+        tops = np.array([_suffix_top([gain[j] for j in cands], b.k - 1) for gain in (
+            self.value, {j: self.value[j] - area[j] for j in opts}, {j: self.value[j] - big[j] for j in opts}, share)])
+        return _Leader(m, key, trains, train_mem_cap, cap, limit, opts, cands, self.price[key[1]] * width, per, tops)
 
     def _shares(self, opts: dict, area: dict, cap: float) -> dict | None:
         """Per member j, at least ``(sum of its class's values - the class's cost) / class size`` for every
@@ -461,60 +442,23 @@ class _Search:
             share[j] = best
         return share
 
-    def _dominance(self, order: list[int], trains, width: int) -> np.ndarray:
-        """``D[a, b]``: job ``order[a]`` is at least as good as ``order[b]`` as a member of any group
-        of this pool: no more train time, switch or memory, the same kind of rollout option and no
-        more rollout time, switch or memory, and at least the value (ties broken by position).
-        Only jobs with one rollout option and one training option, the pool's whole width, take part."""
-        b = self.b
-        n = len(order)
-        single = np.array([len(b.rollout_opts[j]) == 1 and len(trains[j]) == 1 and trains[j][0].nodes == width
-                           for j in order])
-        first = [b.rollout_opts[j][0] for j in order]
-        train = [trains[j][0] for j in order]
-        kinds = {}
-        kind = np.array([kinds.setdefault((o.cluster, o.nodes), len(kinds)) for o in first])
-        rows = [np.array(x, dtype=float) for x in (
-            [t.duration_s for t in train], [t.switch_s for t in train],
-            [t.host_mem_gb for t in train], [o.duration_s for o in first], [o.switch_s for o in first],
-            [o.host_mem_gb for o in first], [-self.value[j] for j in order])]
-        better = np.ones((n, n), dtype=bool)
-        strict = np.zeros((n, n), dtype=bool)
-        for row in rows:
-            better &= row[:, None] <= row[None, :] + TOL
-            strict |= row[:, None] < row[None, :] - TOL
-        index = np.arange(n)
-        better &= strict | (index[:, None] < index[None, :])
-        better &= (kind[:, None] == kind[None, :]) & single[:, None] & single[None, :]
-        np.fill_diagonal(better, False)
-        return better
-
     def _dfs(self, ctx) -> bool:
         """Depth-first over the leader's candidates in order (``kernel.search``), each group that passes
         the floors costed here as it is met; False when time or the column quota ran out."""
-        cands, m, k = ctx.cands, ctx.leader, self.b.k
-        # The least node-seconds of each member's rollout and the least node price it may pay: no
-        # choice of rollouts has a floor (``_rollout_floor``) under the sum's whole nodes at the least price.
-        node_s = {j: min(o.nodes * o.duration_s for o in ctx.opts[j]) for j in ctx.opts}
-        unit = {j: min(self.price[o.cluster] for o in ctx.opts[j]) for j in ctx.opts}
-        rows = (ctx.tau, ctx.mem, self.value, ctx.area, ctx.cheapest, ctx.big, ctx.wide, ctx.share, node_s, unit)
-        per = np.zeros((kernel.ROWS + 1, len(cands) + 1))
-        per[:kernel.ROWS, :-1] = [[row[j] for j in cands] for row in rows]
-        per[kernel.WIDE_AFTER] = ctx.wide_after
-        tops = np.array([ctx.top_v, ctx.top_u, ctx.top_w, ctx.top_s])
+        cands, k = ctx.cands, self.b.k
         state, member, at = np.zeros((k, kernel.ROWS)), np.zeros(k, np.int64), np.zeros(k, np.int64)
-        state[0] = [row[m] for row in rows]
-        depth = 0
+        state[0] = ctx.per[:kernel.ROWS, -1]
+        member[0], depth = len(cands), 0
         self.visited += 1
         while depth >= 0:
             if time.perf_counter() > self.deadline or self.enough() or \
                     self.stop_after is not None and len(self.found) >= self.stop_after:
                 return False
-            depth, visited, leaf = kernel.search(per, tops, state, member, at, depth, ctx.fixed, ctx.limit,
+            depth, visited, leaf = kernel.search(ctx.per, ctx.tops, state, member, at, depth, ctx.fixed, ctx.limit,
                                                  ctx.mem_cap + TOL, ctx.cap, self.bar[0], k, 4000)
             self.visited += visited
             if leaf:
-                self._leaf(ctx, [m] + [cands[i] for i in member[1:depth + 1]])
+                self._leaf(ctx, [ctx.leader] + [cands[i] for i in member[1:depth + 1]])
         return True
 
     def _leaf(self, ctx, group: list[int]) -> None:
@@ -525,10 +469,6 @@ class _Search:
         jobs = sorted(group)
         gain = sum(self.value[j] for j in jobs)
         budget = gain - ctx.fixed + self.bar[0] + EPS  # rollout classes must cost less for rc < the bar
-        one = [o[0] for o in map(ctx.opts.get, jobs) if len(o) == 1 and o[0].nodes == 1]
-        if len(one) == len(jobs) and len({o.cluster for o in one}) == 1 and \
-                self.price[one[0].cluster] * _bins_floor([load_s(o, True) for o in one], cap) >= budget - EPS:
-            return  # ``_leaf_one_node``'s bins, too many whatever the layout (most leaves on 300 RH jobs)
         costed = set()  # the rollouts' choices already costed: the pool costs the same on any layout
         for trains in itertools.product(*[ctx.trains[j] for j in jobs]):
             if max(t.nodes for t in trains) < width or (self.only_mixed and len({t.gpus for t in trains}) == 1):
@@ -696,7 +636,7 @@ class _Search:
         busy = [load_s(o, True) for o in options]
         mem = [o.host_mem_gb for o in options]
         most = int(math.ceil((budget - EPS) / price)) - 1  # bins that still leave a negative rc
-        fewest = max(1, need, _bins_floor(busy, cap))
+        fewest = max(1, need, kernel.bins_floor(np.array(busy), cap))
         if fewest > most:
             return
         bins, classes = _fewest_bins(busy, mem, cap, self.b.topo.clusters[cluster].host_mem_gb, fewest)
@@ -740,19 +680,6 @@ class _Search:
                     fit = (cluster, max(o.nodes for o in chosen), layout)
             self._classes[key] = fit
         return self._classes[key]
-
-
-def _bins_floor(busy: list[float], cap: float) -> int:
-    """Martello and Toth's L2: no fewer bins of capacity ``cap`` hold ``busy``. Members over half the cap
-    take a bin each; for a size ``alpha`` of the others, those of at least ``alpha`` fill the room the
-    big members leave them (none beside one that ``alpha`` would overflow), then bins of their own."""
-    big = [x for x in busy if x > cap / 2 + TOL]
-    best = len(big)
-    for alpha in {x for x in busy if x <= cap / 2 + TOL}:
-        room = sum(cap + TOL - x for x in big if x + alpha <= cap + TOL)
-        small = sum(x for x in busy if alpha <= x <= cap / 2 + TOL)
-        best = max(best, len(big) + math.ceil(max(0.0, small - room) / (cap + TOL) - 1e-9))
-    return best
 
 
 def _fewest_bins(busy: list[float], mem: list[float], cap: float, node_mem: float,

@@ -21,7 +21,8 @@ from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lowe
 from weave_rl.planner.columns import Column
 from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _round_lp, _singletons,
                               plan_optimal)
-from weave_rl.planner.pricing import _bins_floor, _fewest_bins, price_exact
+from weave_rl.planner.kernel import bins_floor
+from weave_rl.planner.pricing import _fewest_bins, price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
 from weave_rl.topology.topology import load_topology
@@ -79,12 +80,12 @@ def test_bin_floor_is_never_above_the_fewest_bins_and_sees_what_the_big_count_mi
     # Three members over half the cap take a bin each; the two under it fit together (0.992) but
     # only one fits beside a big one (0.495 + 0.504), so four bins: the big count alone says three.
     busy = [0.495, 0.497, 0.504, 0.661, 0.811]
-    assert _bins_floor(busy, 1.0) == 4 == _fewest_bins(busy, [0.0] * 5, 1.0, 1.0)[0]
+    assert bins_floor(np.array(busy), 1.0) == 4 == _fewest_bins(busy, [0.0] * 5, 1.0, 1.0)[0]
     rng = np.random.default_rng(7)
     tight = 0
     for _ in range(400):
         busy = list(rng.uniform(0.05, 0.95, size=int(rng.integers(1, 6))))
-        floor, fewest = _bins_floor(busy, 1.0), _fewest_bins(busy, [0.0] * len(busy), 1.0, 1.0)[0]
+        floor, fewest = bins_floor(np.array(busy), 1.0), _fewest_bins(busy, [0.0] * len(busy), 1.0, 1.0)[0]
         assert floor <= fewest
         tight += floor == fewest
     assert tight >= 390  # 400 here; the big count with the volume bound: 368
