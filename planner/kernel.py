@@ -1,18 +1,16 @@
 """Exact pricing's depth-first search over one leader's candidates, compiled (numba): the hot loop of
-column generation, tens of millions of candidate tests on 300 jobs, 30 times quicker than in Python.
-
-It walks an explicit stack and returns to ``pricing._Search._dfs`` at each group that passes the
-floors (to be costed there, which may lower the bar) or after ``budget`` nodes (to check the time),
-so the search is the same, node for node, as a recursive one in Python at the current bar.
+column generation. It walks an explicit stack and returns to ``pricing._Search._dfs`` at each group
+that passes the floors (costed there, which may lower the bar) or after ``budget`` nodes (to check
+the time): the same search, node for node, as a recursive one in Python at the current bar.
 
 ``per``'s rows, per candidate and then the leader: train node-time share, host memory, value,
 rollout area, cheapest class, big-rollout class, has a wide train (0/1), class share, least rollout
 node-seconds, least node price, a wide candidate at or after it (0/1); and when every rollout
-option is one node wide, their least busy time (else -1). ``tops[b, i, r]``:
-the sum of the ``r`` best gains of bound ``b`` (value; less area; less big class; share) among the
-candidates from ``i`` on. ``state[d]``: the group at depth ``d``, as ``per``'s first ten rows (sums,
-but the most cheapest class and wide, the least price); ``member[d]``: its ``d``-th candidate
-(0: the leader); ``at[d]``: the next candidate to try.
+option is one node wide, their least busy time (else -1). ``tops[b, i, r]``: the sum of the ``r``
+best gains of bound ``b`` (value; less area; less big class; share) among the candidates from ``i``
+on. ``state[d]``: the group at depth ``d``, as ``per``'s first ten rows (sums, but the most cheapest
+class and wide, the least price); ``member[d]``: its ``d``-th candidate (0: the leader); ``at[d]``:
+the next candidate to try; ``trains[c, o]``: candidate ``c``'s training option ``o`` (``_lays_out``).
 """
 
 from __future__ import annotations
@@ -29,9 +27,9 @@ ROWS = 10  # ``state``'s sums
 
 
 @numba.njit(cache=True)
-def search(per: np.ndarray, tops: np.ndarray, state: np.ndarray, member: np.ndarray, at: np.ndarray,
-           depth: int, fixed: float, limit: float, mem_cap: float, cap: float, bar: float, k: int,
-           budget: int) -> tuple[int, int, bool]:
+def search(per: np.ndarray, tops: np.ndarray, trains: np.ndarray, state: np.ndarray, member: np.ndarray,
+           at: np.ndarray, depth: int, fixed: float, limit: float, mem_cap: float, cap: float, bar: float, k: int,
+           width: int, budget: int) -> tuple[int, int, bool]:
     """Go on from the group at ``depth`` (its candidates from ``at[depth]``): (the depth of the group
     returned, or -1 when the search is over; nodes visited; whether that group is a leaf to cost)."""
     n = per.shape[1] - 1
@@ -81,16 +79,50 @@ def search(per: np.ndarray, tops: np.ndarray, state: np.ndarray, member: np.ndar
         base = fixed - t[GAIN]
         if t[WIDE] > 0.0 and base + t[CHEAPEST] < bar and base + t[AREA] < bar and base + t[BIG] < bar \
                 and fixed - t[SHARE] < bar and base + t[UNIT] * math.ceil((t[SECONDS] - TOL) / cap - 1e-9) < bar:
-            if not _too_many_bins(per, member[:depth + 1], cap, t[UNIT], bar - base):
+            if not _lays_out(trains, member[:depth + 1], width, cap + TOL + 1e-9, mem_cap):
+                at[depth] = n  # no layout of the pool holds the group, nor one with more members
+            elif not _too_many_bins(per, member[:depth + 1], cap, t[UNIT], bar - base):
                 return depth, visited, True
     return depth, visited, False
 
 
 @numba.njit(cache=True)
+def _lays_out(trains: np.ndarray, group: np.ndarray, width: int, within: float, mem_cap: float) -> bool:
+    """Whether the group's trains (``trains[c, o]``: nodes, duration, warm switch, host memory of
+    candidate ``c``'s option ``o``; nodes 0 past its last) have some options and runs of the pool's
+    nodes where every node's load (with the switches once shared) and memory fit: ``class_layout``'s
+    test but for the widest member's width, so a group that fails here fails with more members too.
+    Depth first over members, not recursive (numba's cache does not keep recursive functions)."""
+    load = np.zeros((4, width))  # per node: busy time, switches, phases, memory
+    tried = np.zeros(len(group), np.int64)  # per member: its (option, first node) pairs tried, in order
+    placed = 0
+    while 0 <= placed < len(group):
+        step, fits = tried[placed], False
+        while step < trains.shape[1] * width and not fits:
+            span, d, sw, m = trains[group[placed], step // width]
+            first, step = step % width, step + 1
+            fits = 0 < span <= width - first
+            for u in range(first, first + int(span) if fits else first):
+                fits = fits and load[3, u] + m <= mem_cap and \
+                    load[0, u] + d + (load[1, u] + sw if load[2, u] else 0.0) <= within
+        tried[placed] = step
+        if fits:
+            load[:, first:first + int(span)] += np.array([d, sw, 1.0, m]).reshape(4, 1)
+            placed += 1
+            tried[placed:] = 0
+            continue
+        placed -= 1  # this member's choices are done: the one before moves on
+        if placed >= 0:
+            span, d, sw, m = trains[group[placed], (tried[placed] - 1) // width]
+            first = (tried[placed] - 1) % width
+            load[:, first:first + int(span)] -= np.array([d, sw, 1.0, m]).reshape(4, 1)
+    return placed == len(group)
+
+
+@numba.njit(cache=True)
 def _too_many_bins(per: np.ndarray, group: np.ndarray, cap: float, price: float, budget: float) -> bool:
-    """Whether the group's rollouts, all on one-node options, need classes (bins) that cost at least
-    ``budget`` at the least ``price`` whatever the options (most groups that pass the other floors on
-    300 RH jobs): on any choice they are no smaller, and classes on several clusters no fewer."""
+    """Whether the group's one-node rollouts need classes (bins) that cost ``budget`` at the least ``price``
+    (most groups past the other floors on 300 RH jobs): other options are no smaller, other clusters' bins no fewer."""
     busy = per[ONE_BUSY][group]
     return busy.min() >= 0.0 and price * bins_floor(busy, cap) >= budget
 
@@ -101,10 +133,7 @@ def bins_floor(busy: np.ndarray, cap: float) -> int:
     take a bin each; for a size ``alpha`` of the others, those of at least ``alpha`` fill the room the
     big members leave them (none beside one that ``alpha`` would overflow), then bins of their own."""
     half, full = cap / 2 + TOL, cap + TOL
-    big = 0
-    for x in busy:
-        big += x > half
-    best = big
+    best = big = np.sum(busy > half)
     for alpha in busy:
         if alpha > half:
             continue
@@ -116,3 +145,18 @@ def bins_floor(busy: np.ndarray, cap: float) -> int:
                 small += x
         best = max(best, big + math.ceil(max(0.0, small - room) / full - 1e-9))
     return best
+
+
+@numba.njit(cache=True)
+def suffix_tops(gains: np.ndarray, k: int) -> np.ndarray:
+    """``out[b, i, r]``: the sum of the ``r`` largest positive gains of row ``b`` from ``i`` on (r = 0..k)."""
+    out = np.zeros((gains.shape[0], gains.shape[1] + 1, k + 1))
+    for b in range(gains.shape[0]):
+        top = np.zeros(k)  # the k largest so far, descending (0: none)
+        for i in range(gains.shape[1] - 1, -1, -1):
+            x = gains[b, i]
+            for r in range(k):  # x takes its place, the smaller ones move down
+                if x > top[r]:
+                    top[r], x = x, top[r]
+            out[b, i, 1:] = np.cumsum(top)
+    return out

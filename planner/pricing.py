@@ -236,6 +236,7 @@ class _Leader(NamedTuple):
     fixed: float  # the training pool's cost
     per: np.ndarray  # ``kernel.search``'s rows, per candidate and then the leader
     tops: np.ndarray  # ``kernel.search``'s best gains from each candidate on
+    layouts: np.ndarray  # ``kernel.search``'s training options, per candidate and then the leader
 
 
 class _Search:
@@ -370,9 +371,14 @@ class _Search:
         columns = cands + [m]
         rows = (tau, mem, self.value, area, cheapest, big, wide, share, node_s, unit)
         per = np.array([[row[j] for j in columns] for row in rows] + [wide_after, [one[j] for j in columns]])
-        tops = np.array([_suffix_top([gain[j] for j in cands], b.k - 1) for gain in (
-            self.value, {j: self.value[j] - area[j] for j in opts}, {j: self.value[j] - big[j] for j in opts}, share)])
-        return _Leader(m, key, trains, train_mem_cap, cap, limit, opts, cands, self.price[key[1]] * width, per, tops)
+        most = max(len(trains[j]) for j in columns)
+        layouts = np.array([[(t.nodes, t.duration_s, t.switch_s, t.host_mem_gb) for t in trains[j]]
+                            + [(0, 0.0, 0.0, 0.0)] * (most - len(trains[j])) for j in columns], dtype=float)
+        tops = kernel.suffix_tops(np.array([[gain[j] for j in cands] for gain in (
+            self.value, {j: self.value[j] - area[j] for j in opts}, {j: self.value[j] - big[j] for j in opts}, share)]),
+            b.k - 1)
+        return _Leader(m, key, trains, train_mem_cap, cap, limit, opts, cands, self.price[key[1]] * width, per, tops,
+                       layouts)
 
     def _shares(self, opts: dict, area: dict, cap: float) -> dict | None:
         """Per member j, at least ``(sum of its class's values - the class's cost) / class size`` for every
@@ -454,8 +460,8 @@ class _Search:
             if time.perf_counter() > self.deadline or self.enough() or \
                     self.stop_after is not None and len(self.found) >= self.stop_after:
                 return False
-            depth, visited, leaf = kernel.search(ctx.per, ctx.tops, state, member, at, depth, ctx.fixed, ctx.limit,
-                                                 ctx.mem_cap + TOL, ctx.cap, self.bar[0], k, 4000)
+            depth, visited, leaf = kernel.search(ctx.per, ctx.tops, ctx.layouts, state, member, at, depth, ctx.fixed,
+                                                 ctx.limit, ctx.mem_cap + TOL, ctx.cap, self.bar[0], k, ctx.key[2], 4000)
             self.visited += visited
             if leaf:
                 self._leaf(ctx, [ctx.leader] + [cands[i] for i in member[1:depth + 1]])
@@ -739,23 +745,3 @@ def _prefix_best(entries: list[tuple]) -> tuple[list[float], list[list[tuple]]]:
 def _other(top: list[tuple], j: int) -> float | None:
     """The best value among ``top``'s (value, job) whose job is not ``j``."""
     return next((v for v, i in top if i != j), None)
-
-
-def _suffix_top(values: list[float], k: int) -> list[list[float]]:
-    """``out[i][n]``: the sum of the ``n`` largest of ``values[i:]`` (n = 0..k), each at least 0.
-    Rows are shared where they are equal (read only)."""
-    out: list[list[float]] = [[0.0] * (k + 1)] * (len(values) + 1)
-    top: list[float] = []  # the k largest positive values so far, ascending
-    for i in range(len(values) - 1, -1, -1):
-        x = values[i]
-        if x <= 0.0 or (len(top) == k and x <= top[0]):
-            out[i] = out[i + 1]
-            continue
-        bisect.insort(top, x)
-        if len(top) > k:
-            del top[0]
-        sums = [0.0]
-        for v in reversed(top):
-            sums.append(sums[-1] + v)
-        out[i] = sums + [sums[-1]] * (k + 1 - len(sums))
-    return out

@@ -72,33 +72,7 @@ def class_layout(opts: Sequence["PhaseOption"], cap: float, node_mem_gb: float) 
     width = max(o.nodes for o in opts)
     if not fits_cap(sum(o.duration_s * o.nodes for o in opts), cap * width):
         return None  # more busy time than the nodes have, on any layout
-    if len(opts) > 1 and not _full_width_fits(opts, width, cap + TIME_TOL, node_mem_gb):
-        return None
     return least_busy_layout(tuple(opts), node_mem_gb, cap + TIME_TOL)[1]
-
-
-def _full_width_fits(opts: Sequence["PhaseOption"], width: int, within: float, node_mem_gb: float) -> bool:
-    """A necessary condition, in constant time, for a layout of two or more phases: those as wide as
-    the nodes lie on every node, and a node another phase also takes is shared (every phase on it
-    pays its warm switch). A third of the classes and pools that fail in exact pricing's first round
-    over mixed pools on 300 Hetero jobs fail here, before the layout search (7 % of the round)."""
-    full = [o for o in opts if o.nodes == width]
-    if not full:
-        return True
-    rest = [o for o in opts if o.nodes < width]
-    if len(full) == 1 and not rest:
-        return True
-    within, mem_cap = within + 1e-9, node_mem_gb * (1 + MEM_TOL) + 1e-9  # looser than the layout's own test
-    base = sum(o.duration_s for o in full)
-    mem = sum(o.host_mem_gb for o in full)
-    if len(full) > 1:  # every node is shared
-        base += sum(o.switch_s for o in full)
-        if base > within or mem > mem_cap:
-            return False
-    # each narrower phase shares its nodes with the full ones
-    switch = sum(o.switch_s for o in full)
-    return all(base + (0.0 if len(full) > 1 else switch) + o.duration_s + o.switch_s <= within
-               and mem + o.host_mem_gb <= mem_cap for o in rest)
 
 
 def least_busy_layout(opts: tuple["PhaseOption", ...], node_mem_gb: float,

@@ -21,7 +21,7 @@ from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lowe
 from weave_rl.planner.columns import Column
 from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _round_lp, _singletons,
                               plan_optimal)
-from weave_rl.planner.kernel import bins_floor
+from weave_rl.planner.kernel import _lays_out, bins_floor
 from weave_rl.planner.pricing import _fewest_bins, price_exact
 from weave_rl.profiles.generators import generate
 from weave_rl.profiles.jobs import jobs_from_data
@@ -89,6 +89,21 @@ def test_bin_floor_is_never_above_the_fewest_bins_and_sees_what_the_big_count_mi
         assert floor <= fewest
         tight += floor == fewest
     assert tight >= 390  # 400 here; the big count with the volume bound: 368
+
+
+def test_pool_layout_check_sees_what_the_node_time_sum_misses():
+    # A two-node pool, cap 141.3 s: a two-node train (58.6 s + a 1.8 s switch) leaves 80.9 s on each
+    # node. One-node trains of 52.6 + 0.9, 60.7 + 1.8 and 42.6 + 0.9 s: any two exceed 80.9 s; the last
+    # one's two-node option (21.3 + 0.9 s) leaves 58.7 s, under 62.5 s. Their node-time share is 140.2 s.
+    none = (0, 0.0, 0.0, 0.0)
+    trains = np.array([[(2, 58.6, 1.8, 0.5), none], [(1, 52.6, 0.9, 0.5), none], [(1, 60.7, 1.8, 0.5), none],
+                       [(1, 42.6, 0.9, 0.5), (2, 21.3, 0.9, 0.5)]])
+    assert not _lays_out(trains, np.arange(4), 2, 141.3, 10.0)
+    # Without the 60.7 s one: 58.6 + 52.6 + 1.8 + 0.9 = 113.9 s on one node, 103.9 s on the other.
+    assert _lays_out(trains, np.array([0, 1, 3]), 2, 141.3, 10.0)
+    # With 0.6 GB of host memory per node, the two-node train shares no node: two one-node trains fit.
+    assert not _lays_out(trains, np.array([0, 1]), 2, 141.3, 0.6)
+    assert _lays_out(trains, np.array([1, 2]), 2, 141.3, 0.6)
 
 
 def test_pricing_bound_holds_when_nothing_improves():
