@@ -29,7 +29,7 @@ ROWS = 10  # ``state``'s sums
 @numba.njit(cache=True)
 def search(per: np.ndarray, tops: np.ndarray, trains: np.ndarray, state: np.ndarray, member: np.ndarray,
            at: np.ndarray, depth: int, fixed: float, limit: float, mem_cap: float, cap: float, bar: float, k: int,
-           width: int, budget: int) -> tuple[int, int, bool]:
+           width: int, budget: int = 4000) -> tuple[int, int, bool]:
     """Go on from the group at ``depth`` (its candidates from ``at[depth]``): (the depth of the group
     returned, or -1 when the search is over; nodes visited; whether that group is a leaf to cost)."""
     n = per.shape[1] - 1
@@ -43,7 +43,7 @@ def search(per: np.ndarray, tops: np.ndarray, trains: np.ndarray, state: np.ndar
             left = room - 1
             base = fixed - s[GAIN]
             while i < n:
-                if per[BUSY, i] > limit - s[BUSY] or per[MEM, i] > mem_cap - s[MEM]:
+                if per[BUSY, i] > limit - s[BUSY] or per[MEM, i] > mem_cap + TOL - s[MEM]:
                     i += 1
                     continue  # most candidates
                 if s[WIDE] == 0.0 and per[WIDE_AFTER, i] == 0.0:
@@ -79,7 +79,7 @@ def search(per: np.ndarray, tops: np.ndarray, trains: np.ndarray, state: np.ndar
         base = fixed - t[GAIN]
         if t[WIDE] > 0.0 and base + t[CHEAPEST] < bar and base + t[AREA] < bar and base + t[BIG] < bar \
                 and fixed - t[SHARE] < bar and base + t[UNIT] * math.ceil((t[SECONDS] - TOL) / cap - 1e-9) < bar:
-            if not _lays_out(trains, member[:depth + 1], width, cap + TOL + 1e-9, mem_cap):
+            if not _lays_out(trains, member[:depth + 1], width, cap + TOL + 1e-9, mem_cap + TOL):
                 at[depth] = n  # no layout of the pool holds the group, nor one with more members
             elif not _too_many_bins(per, member[:depth + 1], cap, t[UNIT], bar - base):
                 return depth, visited, True

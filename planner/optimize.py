@@ -646,7 +646,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
         fresh = [c for c in (_candidate_column(cand, charge) for cand in cands) if add(c)]
         unverified.extend(c for c in fresh if len({t.gpus for t in c.candidate.trains}) > 1)
         return fresh
-    # Exact pricing is pure Python: with threads to spare, the caller and worker processes share the leaders.
+    # Exact pricing costs groups in Python: with threads to spare, the caller and worker processes share the leaders.
     pool = PricingPool(builder, threads) if price and threads > 1 and len(job_ids) >= PARALLEL_JOBS else None
     try:
         while time.perf_counter() < deadline:
