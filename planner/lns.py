@@ -8,14 +8,14 @@ small parts of it exactly (at 300 jobs CBC over every column is slow: its search
 3. CP-SAT from the current groups as hint; a cheaper answer replaces them once ``accept`` agrees
    (the caller checks each new group's timetable). A neighbourhood proven optimal is not solved again
    while the rest leaves it the same nodes (15 % of the rounds at 300 RH jobs drew one again).
-Columns that come meanwhile (``more``: column generation in the background) join at each round.
+Columns that come meanwhile (``more``: column generation in the background) join at each round. With
+``price``, every other neighbourhood is instead the groups furthest above the LP, and new columns for
+its jobs alone are priced before it is solved: the LP's columns rarely group what a plan leaves over.
 
 From the dive's plan of the 300-job BL s1 and Mixed s3 masters (3.4 % and 4.1 % above the LP
-bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every column 2.0-3.0 % and 2.3 %. On
-100 RH jobs it finds little (few whole columns lie inside 30 jobs): masters of at most 8,000 columns
-go to CBC first (planner/optimize.py). One search runs in process (two forked ones found the same
-plans on 7 of 8 instances, and took the background pricing's core). It still improves in its last
-2 s on 300 Hetero jobs (s1-s3), and after 10 s on 300 RH jobs.
+bound), 10 s of this reached 1.4 % and 2.0 %, 14 s of CBC over every column 2.0-3.0 % and 2.3 %.
+Masters of at most 8,000 columns go to CBC first (planner/optimize.py). One search runs in process
+(two forked ones found the same plans on 7 of 8 instances, and took the background pricing's core).
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ from weave_rl.topology.topology import Topology
 def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: Incumbent, *, banned: set[int],
             penalty: float, deadline: float, exclusive: list[list[int]] = (), support: Mapping[int, list[int]] = None,
             size: int = 30, round_limit_s: float = 0.5, seed: int = 0,
-            accept: Callable[[list[int]], bool] | None = None, more: Callable[[], list[int]] = list) -> Incumbent:
+            accept: Callable[[list[int]], bool] | None = None, more: Callable[[], list[int]] = list,
+            price: Callable[[set[int]], list[int]] | None = None, duals: tuple | None = None) -> Incumbent:
     """A plan no dearer than ``start`` (the same one when nothing better is found by ``deadline``).
     ``support``: job -> columns the LP used (neighbourhoods follow them first). ``accept(new)`` may
     refuse an improvement for its new columns (and add them to ``banned``, which is read afresh).
-    ``more()``: the columns appended to ``columns`` since it was last called (new rounds take them)."""
+    ``more()``: the columns appended to ``columns`` since it was last called (new rounds take them).
+    ``price(area)`` appends columns for the area's jobs alone; ``duals``: the LP's (pi, mu)."""
     rng = random.Random(seed)
     by_job: dict[int, list[int]] = {j: [] for j in job_ids}
     for i, col in enumerate(columns):
@@ -51,12 +53,15 @@ def improve(columns: list[Column], job_ids: list[int], topo: Topology, start: In
     chosen, rejected = list(start.columns), set(start.rejected)
     cost = _cost(columns, chosen, rejected, penalty)
     proven: set[tuple] = set()  # neighbourhoods solved to their start, with what the rest left them
+    worst = False  # every other round
     while time.perf_counter() < deadline - 0.05 and chosen:
-        for i in more():
+        worst = not worst and price is not None and duals is not None
+        group_of = {j: i for i in chosen for j in columns[i].jobs}
+        area = _worst(columns, chosen, rejected, duals, size, rng) if worst else \
+            _neighbourhood(columns, chosen, rejected, group_of, by_job, support, size, rng)
+        for i in more() + (price(area) if worst else []):
             for j in columns[i].jobs:
                 by_job[j].append(i)
-        group_of = {j: i for i in chosen for j in columns[i].jobs}
-        area = _neighbourhood(columns, chosen, rejected, group_of, by_job, support, size, rng)
         inside = {i for i in chosen if set(columns[i].jobs) <= area}
         fixed = [i for i in chosen if i not in inside]
         used = {c: 0 for c in topo.clusters}
@@ -86,7 +91,8 @@ DECIDE_S = 0.3  # the most one new column's verdict may take (a column undecided
 
 def search(columns: list[Column], job_ids: list[int], topo: Topology, start: Incumbent, *, banned: set[int],
            penalty: float, deadline: float, exclusive: list[list[int]], support: Mapping[int, list[int]],
-           seed: int, decide: Decide, known: dict[int, Any], more: Callable[[], list[int]] = list) -> Incumbent:
+           seed: int, decide: Decide, known: dict[int, Any], more: Callable[[], list[int]] = list,
+           price: Callable[[set[int]], list[int]] | None = None, duals: tuple | None = None) -> Incumbent:
     """``improve`` taking an improvement only once ``decide`` accepts each of its new columns.
     ``known`` caches the verdicts and gains the new ones; a column refused joins ``banned``."""
 
@@ -103,11 +109,26 @@ def search(columns: list[Column], job_ids: list[int], topo: Topology, start: Inc
         return True
 
     return improve(columns, job_ids, topo, start, banned=banned, penalty=penalty, deadline=deadline,
-                   exclusive=exclusive, support=support, seed=seed, accept=accept, more=more)
+                   exclusive=exclusive, support=support, seed=seed, accept=accept, more=more, price=price,
+                   duals=duals)
 
 
 def _cost(columns: list[Column], chosen: list[int], rejected: set[int], penalty: float) -> float:
     return sum(columns[i].objective for i in chosen) + penalty * len(rejected)
+
+
+def _worst(columns, chosen, rejected, duals, size, rng) -> set[int]:
+    """The jobs of the groups furthest above the LP (reduced cost at its ``duals``), up to ``size``, rejected
+    jobs always in; each ranked with noise of three mean excesses (a factor on each drew the same few)."""
+    pi, mu = duals
+    over = {i: columns[i].objective - sum(pi.get(j, 0.0) for j in columns[i].jobs)
+            - sum(mu.get(c, 0.0) * n for c, n in columns[i].nodes) for i in chosen}
+    spread = 3 * sum(max(0.0, e) for e in over.values()) / len(over)
+    area: set[int] = set(rejected)
+    for i in sorted(chosen, key=lambda i: -(over[i] + spread * rng.random())):
+        if len(area) + len(columns[i].jobs) <= size:
+            area.update(columns[i].jobs)
+    return area
 
 
 def _neighbourhood(columns, chosen, rejected, group_of, by_job, support, size, rng) -> set[int]:

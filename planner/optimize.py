@@ -8,10 +8,9 @@
    generation prices (planner/colgen.py, planner/pricing.py).
 2. Integer master (CP-SAT, or CBC through PuLP): each job in one group or rejected, node counts per
    cluster within the topology; it places as many jobs as it can, then minimises $/h plus any
-   migration charge, from the best known plan as hint. After column generation a master of at
-   most 8,000 columns is solved whole by CBC, a larger one not; a large neighbourhood search
-   (planner/lns.py) then improves the plan over every column (100 Hetero jobs s1: CBC left $3,110 in
-   2 of 7 runs, the search after it $3,066-3,080 in 6 of 6). "auto": CBC there, else CP-SAT.
+   migration charge, from the best known plan as hint. After column generation CBC solves a master
+   of at most 8,000 columns whole; a large neighbourhood search (planner/lns.py) then improves the
+   plan over every column. "auto": CBC there, else CP-SAT.
 3. Every chosen group gets a timetable (planner/columns.py: the round robin when it meets every
    SLO, else the exact one); a group without one is banned and the master re-solved.
 
@@ -34,10 +33,10 @@ bound needs them) but are closed to its dives and banned from the master; those 
 decided by the dives that would fix them.
 
 Integer plans: dives on the LP (fixing a few columns per round, pricing greedily the jobs left; then
-ranked with seeded noise), the cheapest the master's hint; the neighbourhood search also takes the
-columns column generation in the background sends. Time: one budget (planner/budget.py). When no
-plan is verified in time, or the independent checker (planner/check.py) rejects it, ``NoPlanInTime``
-(the API then falls back to the weave policy).
+ranked with seeded noise), the cheapest the master's hint; the neighbourhood search takes the columns
+the background sends and prices its own (``_price_area``). Time: one budget (planner/budget.py). No
+plan verified in time, or one the checker (planner/check.py) rejects: ``NoPlanInTime`` (the API then
+falls back to the weave policy).
 """
 
 from __future__ import annotations
@@ -86,6 +85,7 @@ SMALL_MASTER = 3_000
 # columns) 10 s of it reached 1.2 % above the LP, where the neighbourhood search stayed at 5 %.
 WHOLE_MASTER = 8_000
 DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
+AREA_ROUNDS = 3  # pricing rounds per neighbourhood of the search (``_price_area``)
 STALE_DIVES = 10  # dives stop after this many in a row found only plans found before
 EXACT_CHECK_S = 0.05  # CP-SAT's time on a group whose orders are too many to enumerate
 PARALLEL_JOBS = 50  # jobs from which exact pricing runs in parallel: the caller, a worker process per other thread
@@ -291,8 +291,7 @@ def _solve_lp(s: _Solve) -> None:
 
 
 def _prepare_master(s: _Solve, solver: str) -> None:
-    """The master's solver, its hint (the LP's best dive, or the LP rounded, when cheaper) and
-    the LP's support for the neighbourhood search."""
+    """The master's solver, its hint (the best dive, when cheaper than the weave plan) and the LP's support."""
     s.exclusive = _shared_nodes(s.columns)
     # Measured in bench/planner_scale.py: CBC's LP-based search suits large masters with a tight
     # LP; CP-SAT solves small complete enumerations exactly.
@@ -303,7 +302,6 @@ def _prepare_master(s: _Solve, solver: str) -> None:
     state = s.lp_state
     if state is None:
         return
-    s.offer(_round_lp(s.columns, state, s.job_ids, s.topo))
     if state.dive is not None and _conflict_free(s.columns, state.dive):
         s.offer(s.incumbent(state.dive))
     s.say(f"best known plan: ${s.objective(s.hint):,.2f}")
@@ -789,7 +787,7 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
             if best_cost <= state.value + 1e-6 or stale >= STALE_DIVES \
                     or end - time.perf_counter() < 1.5 * (time.perf_counter() - began):
                 break
-        if state.dive is None:  # out of time: round the dive's last LP (its fixings first) instead
+        if state.dive is None:  # out of time: the dive's last LP guides the search instead
             state.x = lp.last_x[:len(columns)]
         say(f"LP dive: {'out of time' if state.dive is None else f'{attempt} dive(s), best ${best_cost:,.2f}'}")
     return (best if best > -math.inf else None), state
@@ -819,47 +817,6 @@ class LpState:
     dive: list[int] | None = None  # columns of an integral solution found by diving
 
 
-def _round_lp(columns: list[Column], state: LpState, job_ids: list[int], topo) -> Incumbent:
-    """A plan from the LP solution: its columns by decreasing value while they fit, then columns of
-    jobs left over only, cheapest per job first (a dive cut short leaves many: alone, each would
-    pay a whole training node), then each job still left in its cheapest single-job column that
-    still fits (else rejected)."""
-    left = {c: spec.nodes for c, spec in topo.clusters.items()}
-    covered: set[int] = set()
-    chosen: list[int] = []
-
-    def take(i: int) -> bool:
-        col = columns[i]
-        if covered.intersection(col.jobs) or any(left[c] < n for c, n in col.nodes) \
-                or not _conflict_free(columns, chosen + [i]):
-            return False
-        chosen.append(i)
-        covered.update(col.jobs)
-        for c, n in col.nodes:
-            left[c] -= n
-        return True
-
-    for i in sorted(range(len(state.x)), key=lambda i: -state.x[i]):
-        if state.x[i] < 1e-6:
-            break
-        take(i)
-    for i in sorted((i for i, col in enumerate(columns) if len(col.jobs) > 1 and not col.pinned),
-                    key=lambda i: columns[i].objective / len(columns[i].jobs)):
-        if len(covered) == len(job_ids):
-            break
-        take(i)
-    singles: dict[int, list[int]] = {}
-    for i, col in enumerate(columns):
-        if len(col.jobs) == 1 and not col.pinned:
-            singles.setdefault(col.jobs[0], []).append(i)
-    for j in job_ids:
-        if j not in covered:
-            for i in sorted(singles.get(j, []), key=lambda i: columns[i].objective):
-                if take(i):
-                    break
-    return Incumbent(chosen, [j for j in job_ids if j not in covered])
-
-
 def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
     """The master's verified plan improved over every column it may use (planner/lns.py), each
     improvement only with a timetable for every new group; the plan returned is laid out in
@@ -867,13 +824,14 @@ def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
     model, columns = s.model, s.columns
     start = Incumbent(list(master.chosen), list(master.rejected), master.objective)
     # The groups banned only because no timetable was decided in time are open to the search, which
-    # decides each it takes (300 Hetero jobs s1/s2: 1,300 such groups; 7 s of search with them
-    # reached $9,385 and $9,693, without them $9,430 and $9,748).
+    # decides each it takes (300 Hetero jobs s1/s2, 7 s: $9,385 and $9,693 with them, $9,430 and $9,748 without).
     banned = s.banned - (s.unsure - s.timetables.keys())
     better = search(columns, s.job_ids, model.topology, start, banned=banned, penalty=s.penalty,
                     deadline=s.budget.deadline, exclusive=s.exclusive, support=s.support,
                     seed=s.result.master_solves, known=s.timetables, more=lambda: _background(s),
-                    decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s))
+                    decide=lambda i, limit_s: column_timetable(model, columns[i], time_limit_s=limit_s),
+                    price=lambda area: _price_area(s, area),
+                    duals=None if s.lp_state is None else (s.lp_state.pi, s.lp_state.mu))
     if better.objective >= master.objective - 1e-6:
         return master
     s.say(f"neighbourhood search: ${better.objective:,.2f}/h")
@@ -883,6 +841,30 @@ def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
         if _verify(model, columns, plan.chosen, s.verified, set(), math.inf, s.threads, s.timetables) == []:
             return plan
     return master
+
+
+def _price_area(s: _Solve, area: set[int]) -> list[int]:
+    """Column generation over a neighbourhood's jobs alone (an LP over the columns inside it, priced
+    exactly, a few rounds); the indices of the columns added. A dive's plan of 300 Hetero jobs (s2) had
+    a third of its jobs in groups of one or two, where the LP put 3 % of its weight."""
+    jobs = sorted(area)
+    lp, builder = LpMaster(jobs, s.topo, s.penalty), CandidateBuilder(s.model, jobs, s.max_group_size)
+    for i, column in enumerate(s.columns):
+        if i not in s.banned and area.issuperset(column.jobs):
+            lp.add(column)
+    first = len(s.columns)
+    for _ in range(AREA_ROUNDS):
+        try:
+            _, pi, mu = lp.solve(s.budget.deadline)
+        except LpTrouble:
+            break
+        added = [column for column in (_candidate_column(cand, s.charge) for cand in price_exact(
+            builder, pi, mu, extra=s.charge, deadline=s.budget.deadline).columns) if s.add(column)]
+        for column in added:
+            lp.add(column)
+        if not added:
+            break
+    return list(range(first, len(s.columns)))
 
 
 def _verify(model, columns, chosen, verified, banned, deadline, threads, timetables) -> list[int] | None:

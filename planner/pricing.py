@@ -77,21 +77,18 @@ def price_exact(builder: CandidateBuilder, pi: dict[int, float], mu: dict[str, f
     jobs have several counts: column generation converges on them first); its bound is then a
     bound of those groups only, unless ``builder.uniform_pools()``. With ``only_mixed``, groups
     whose members train at one GPU count are not costed: a pricing without ``mixed`` at the same
-    duals proved that none improves (on 300 Hetero jobs they were most of the first round over
-    mixed pools, the slowest round of column generation).
+    duals proved that none improves.
 
     With ``stop_after``, the search stops once it has found that many columns (nothing proven):
     early column-generation rounds need columns, not proofs; with a ``pool``, that many in all (a
-    shared tally: 300 Hetero jobs' first round over mixed pools took 2.5 s and 4.4 s in its workers
-    when each stopped at its own 150). ``rotation`` (kept by the caller) makes the next call start
-    at the leader where this one stopped, so no leader is starved.
+    shared tally). ``rotation`` (kept by the caller) makes the next call start at the leader where
+    this one stopped, so no leader is starved.
     With ``threshold`` > 0 it collects every column of reduced cost below it instead (columns near
     the LP optimum, from which the integer master builds its plans; the bound is then not used). With
     a ``pool``, its worker processes search disjoint sets of leaders at once. With ``per_leader``,
     only each leader's ``per_leader`` most negative groups are kept, and once it has that many the
-    search for it looks only for better ones (the bounds are unchanged), or in an early round stops
-    (its first ones do: on 300 RH jobs the LP fell twice as fast per second of pricing): a round's
-    columns come from many leaders, not from the hundred variants of a few.
+    search for it looks only for better ones (the bounds are unchanged), or in an early round stops:
+    a round's columns come from many leaders, not from the hundred variants of a few.
 
     Per-leader bound (when the search is complete): every group has one leader, and the groups a job
     leads all hold it, so in any plan (or LP solution) their values sum to at most one. Hence

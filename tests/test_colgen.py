@@ -19,7 +19,7 @@ from weave_rl.planner.columns import template_column
 from weave_rl.planner.model import PlanningModel
 from weave_rl.planner.optimal import CandidateBuilder, _admissible, packing_lower_bound, work_lower_bound
 from weave_rl.planner.columns import Column
-from weave_rl.planner.optimize import (CG_GAP, LpState, _candidate_column, _round_lp, _singletons,
+from weave_rl.planner.optimize import (CG_GAP, _candidate_column, _singletons,
                               plan_optimal)
 from weave_rl.planner.kernel import _lays_out, bins_floor
 from weave_rl.planner.pricing import _fewest_bins, price_exact
@@ -291,28 +291,6 @@ def test_dive_that_glop_fails_leaves_its_last_solution_with_its_fixings():
         for j in lp.columns[i].jobs:
             cover[j] += x
     assert max(cover.values()) <= 1 + 1e-6
-
-
-def test_rounding_completes_a_partial_solution_with_groups_not_singletons():
-    # A dive cut short: two columns fixed, nothing else in its LP solution. The rounding keeps the
-    # two and covers every other job by groups of jobs left over, cheapest per job first, so the plan
-    # costs less than the two plus every other job alone; each job once, nodes within the topology.
-    builder, lp = _lp_with_groups()
-    lp.solve()
-    groups = sorted((i for i, c in enumerate(lp.columns) if len(c.jobs) > 1), key=lambda i: lp.columns[i].objective)
-    first = groups[0]
-    second = next(i for i in groups if not set(lp.columns[i].jobs) & set(lp.columns[first].jobs))
-    x = [0.0] * len(lp.columns)
-    x[first] = x[second] = 1.0
-    plan = _round_lp(lp.columns, LpState(0.0, {}, {}, x), builder.job_ids, TESTBED)
-    assert {first, second} <= set(plan.columns) and not plan.rejected
-    covered = [j for i in plan.columns for j in lp.columns[i].jobs]
-    assert sorted(covered) == sorted(builder.job_ids)
-    singles = {c.jobs[0]: c.objective for c in lp.columns if len(c.jobs) == 1}
-    alone = lp.columns[first].objective + lp.columns[second].objective + sum(
-        v for j, v in singles.items() if j not in lp.columns[first].jobs + lp.columns[second].jobs)
-    assert sum(lp.columns[i].objective for i in plan.columns) < alone
-    assert any(len(lp.columns[i].jobs) > 1 for i in plan.columns if i not in (first, second))
 
 
 @pytest.mark.parametrize("seed", [1, 2])
