@@ -160,3 +160,13 @@ def suffix_tops(gains: np.ndarray, k: int) -> np.ndarray:
                     top[r], x = x, top[r]
             out[b, i, 1:] = np.cumsum(top)
     return out
+
+
+def warm() -> None:
+    """Compile the kernels for the types pricing passes (or load them from numba's cache) now, before
+    a solve's clock starts: on a fresh install compiling took 10-25 s here, and a 30 s solve of 300
+    Hetero jobs (s2) that paid it inside its limit ended 19.5 % above its bound (2.9 % once compiled)."""
+    rows, ints = np.zeros((ROWS + 2, 1)), np.zeros(1, np.int64)
+    search(rows, np.zeros((4, 1, 1)), np.zeros((1, 1, 4)), np.zeros((1, ROWS)), ints, ints, -1, *[0.0] * 5, 1, 1)
+    bins_floor(np.zeros(1), 1.0)
+    suffix_tops(np.zeros((1, 1)), 1)

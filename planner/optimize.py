@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from weave_rl.planner import kernel
 from weave_rl.planner.budget import (COLGEN_END, DECIDE, DIVE, ENUMERATION_END, MASTER_END, NEAR,
                                      TEMPLATES_END, TimeBudget)
 from weave_rl.planner.check import check_plan, format_violations
@@ -70,20 +71,15 @@ Progress = Callable[[str], None]
 SOLVERS = ("auto", "cpsat", "pulp")
 ENUMERATION_BUDGET = 5_000
 NEAR_COLUMNS = 2_000  # columns of small positive reduced cost collected once the LP is optimal
-# Exact pricing keeps each leader's this many groups per round (planner/pricing.py), so a round's 300
-# columns come from 60 leaders or more. Early rounds take its first ones: at 10, 300 Hetero jobs s3's
-# bound was $230-430 lower (its LP settled later); at 3, s2's and s3's plans were $60-120 dearer.
+# Groups kept per leader and exact pricing round, so a round's 300 columns come from 60 leaders or more
+# (300 Hetero jobs: at 10 the LP settled later, s3's bound $230-430 lower; at 3 plans $60-120 dearer).
 PER_LEADER = 5
 NEAR_SHARE = 0.02  # their threshold: this share of the LP value per job, times the group size
-# Column generation stops once its bound is this close to the LP (relative): the last round of a
-# tailing-off LP gains less than this and takes seconds the integer plan needs (100 RH jobs: from
-# 0.008 % to 0 took 2.5 of 30 s). At 0.25 % it stopped 300 Mixed jobs before their LP settled, and
-# the dive from those duals ended 1 % dearer.
+# Column generation stops once its bound is this close to the LP (100 RH jobs: from 0.008 % to 0 took
+# 2.5 of 30 s; at 0.25 % 300 Mixed jobs stopped unsettled, and the dive from there ended 1 % dearer).
 CG_GAP = 0.0005
 SMALL_MASTER = 3_000
-# A master of at most this many columns is solved whole by CBC, all its time: on 100 RH jobs (5,800
-# columns) 10 s of it reached 1.2 % above the LP, where the neighbourhood search stayed at 5 %.
-WHOLE_MASTER = 8_000
+WHOLE_MASTER = 8_000  # columns CBC solves whole (100 RH jobs: 1.2 % above the LP, the search 5 %)
 DIVE_NOISE = 0.5  # dives after the first rank fractional columns by value times a factor in [1, 1.5)
 AREA_ROUNDS = 3  # pricing rounds per neighbourhood of the search (``_price_area``)
 STALE_DIVES = 10  # dives stop after this many in a row found only plans found before
@@ -111,6 +107,7 @@ def plan_optimal(model: PlanningModel, *, max_group_size: int = 5, time_limit_s:
     the integer master with every chosen group's timetable, then the plan with its bound, passed by the independent checker."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r} (solvers: {', '.join(SOLVERS)})")
+    kernel.warm()  # compiled before the clock starts
     s = _Solve.begin(model, TimeBudget(time_limit_s), threads, progress, max_group_size, extra or {})
     _add_templates(s, start, pinned)
     _enumerate(s, enumeration_budget)
@@ -635,9 +632,8 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
     mixed = False
     covers = builder.uniform_pools()
     uniform_settled = None  # the duals at which no group of one count improves
-    # Groups of mixed counts are in the LP (its bound is the model's) but closed to its dives and to the
-    # integer master until a timetable is found: the candidate rules are looser for them (100 Hetero
-    # jobs: CP-SAT proved several infeasible or left them undecided; the master's plans failed).
+    # Groups of mixed counts are in the LP (its bound is the model's) but closed to dives and master until
+    # a timetable is found: the candidate rules are looser for them (100 Hetero jobs: plans failed).
     unverified: list[Column] = []
 
     def added(cands: list[Candidate]) -> list[Column]:
@@ -708,9 +704,8 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
     result.stats["lp_value"] = value
     index = {id(column): i for i, column in enumerate(lp.columns)}
     if value is not None:
-        # The LP's own groups of one count without a round robin are decided too: the master takes
-        # them first (300 Hetero jobs s1: four such groups of three had none, the master's plan
-        # failed verification and the re-solved one, with 2 s, was 1.5 % dearer).
+        # The LP's own groups of one count without a round robin are decided too (300 Hetero jobs s1:
+        # four had none, the master's plan failed, and the one re-solved in 2 s was 1.5 % dearer).
         try:
             lp.solve()  # the last columns added too
             support = lp.values()
@@ -750,14 +745,11 @@ def _column_generation(s: _Solve, *, price: bool) -> tuple[float | None, "LpStat
         def dive_price(pi, mu, taken):
             pi = {j: (-1e9 if j in taken else v) for j, v in pi.items()}
             return added(price_greedy(builder, pi, mu, extra=charge))
-        # Then dive again from the same LP with the ranking perturbed (the columns priced so far
-        # stay), for all the dive's time; the cheapest plan is the master's hint, or the search's
-        # start. Dives spread widely (300 Hetero jobs s2: $9,775-10,200 over an LP of $9,376) and the
-        # search does not make up a bad start (budget.py's DIVE; a third of it: $23/h dearer).
+        # Then dive again with the ranking perturbed (the columns priced so far stay) for the dive's
+        # time; the cheapest plan is the search's start (300 Hetero jobs s2: $9,775-10,200, LP $9,376).
         end, per = time.perf_counter() + dive_s, max(1 + len(lp.columns) // 8000, len(job_ids) // 60)
-        # A dive fixes only groups with a timetable (the candidate rules are looser than the
-        # timetables: 300 Hetero jobs s2, five groups of one count in the dive's plan had none, and
-        # the master re-solved without them was $370/h dearer); those without are closed.
+        # A dive fixes only groups with a timetable, those without are closed (300 Hetero jobs s2: five
+        # groups of one count in the dive's plan had none, and the master re-solved was $370/h dearer).
         timetabled = dict(decided)
 
         def usable(i: int) -> bool:
@@ -844,9 +836,8 @@ def _search_neighbourhoods(s: _Solve, master: IntegerResult) -> IntegerResult:
 
 
 def _price_area(s: _Solve, area: set[int]) -> list[int]:
-    """Column generation over a neighbourhood's jobs alone (an LP over the columns inside it, priced
-    exactly, a few rounds); the indices of the columns added. A dive's plan of 300 Hetero jobs (s2) had
-    15 % of its jobs in groups of one or two (the LP 7 %), and in them 75 % of its excess over the LP."""
+    """Column generation over a neighbourhood's jobs alone (the LP of its columns, priced exactly, a few
+    rounds); the columns added. 300 Hetero jobs s2: a dive's groups of one or two held 75 % of its excess."""
     jobs = sorted(area)
     lp, builder = LpMaster(jobs, s.topo, s.penalty), CandidateBuilder(s.model, jobs, s.max_group_size)
     for i, column in enumerate(s.columns):
@@ -882,9 +873,8 @@ def _verify(model, columns, chosen, verified, banned, deadline, threads, timetab
             tt = group_timetable(model, laid_out[i][0], time_limit_s=0.0, threads=threads)
             if tt.ok:
                 timetables[i] = tt
-    # Then the exact timetables, each its share of the time left, so that groups CP-SAT cannot
-    # decide do not take the others' time (300 Hetero jobs: three took 2 s each, the groups after
-    # them went unverified, and the repaired plan was 9 % dearer).
+    # Then the exact timetables, each its share of the time left (300 Hetero jobs: three took 2 s each,
+    # the groups after them went unverified, and the repaired plan was 9 % dearer).
     hard = [i for i in order if i not in timetables]
     for n, i in enumerate(hard):
         left = deadline - time.perf_counter()
