@@ -204,6 +204,7 @@ class DriftReplanner:
         self.log: list[dict] = []
         self.detections: list[dict] = []
         self._busy = False
+        self._solving: tuple | None = None  # a background solve: (thread, its outcome, _apply's arguments)
         controller.on_phase.append(self._on_phase)
 
     def _expected(self, job: str, phase: str, gpus: int, gpu_type: str) -> float:
@@ -261,39 +262,61 @@ class DriftReplanner:
             outcome["solve_s"] = time.perf_counter() - started
 
         def poll() -> None:
+            if self._solving is None:  # finish() took it
+                return
             if "solve_s" not in outcome:
                 c.backend.call_at(c.now + self.poll_s, poll)
                 return
-            self._busy = False
+            self._busy, self._solving = False, None
             if "error" in outcome:
                 raise outcome["error"]
             self._apply(outcome["result"], job, phase, ewma, live, before, asked, outcome["solve_s"])
 
-        threading.Thread(target=work, name=f"replan-{job}", daemon=True).start()
+        thread = threading.Thread(target=work, name=f"replan-{job}", daemon=True)
+        self._solving = (thread, outcome, (job, phase, ewma, live, before, asked))
+        thread.start()
         c.backend.call_at(c.now + self.poll_s, poll)
 
+    def finish(self) -> None:
+        """Wait for a replan still solving when the run stops, and log it, not applied. The solve must
+        not outlive the run: the interpreter's exit under a running solver thread (numba's LLVM, CP-SAT)
+        can abort the process ("terminate called without an active exception")."""
+        if self._solving is None:
+            return
+        thread, outcome, (job, phase, ewma, live, before, asked) = self._solving
+        thread.join()
+        self._busy, self._solving = False, None
+        error = outcome.get("error")
+        done = all(self.controller.state[j].finished for j in live.names)
+        why = (f"its solve failed: {type(error).__name__}: {error}" if error is not None
+               else "every job finished while it was solved" if done else "the run stopped while it was solved")
+        self._apply(outcome.get("result"), job, phase, ewma, live, before, asked, outcome["solve_s"], stopped=why)
+
     def _apply(self, result, job: str, phase: str, ewma: float, live: JobSet, before: float, asked: float,
-               solve_s: float) -> None:
+               solve_s: float, stopped: str | None = None) -> None:
         """Log a finished replan and hand its plan to the controller (kept out when it would leave a
-        running job unplaced, or when every job finished while it was solved)."""
+        running job unplaced, when every job finished while it was solved, or when the run ``stopped``:
+        then it is only logged, with that reason)."""
         c = self.controller
-        moved = list(getattr(result, "moved", []))
         needed = max(self.detector.k, self.detector.min_samples)
         reason = f"{job} {phase} at {ewma:.2f}x of its profile for {needed} iterations"
         timing = {"t": asked, "ready_t": c.now, "solve_s": round(solve_s, 4)}
         still = JobSet(jobs=[j for j in live.jobs if not c.state[j.name].finished])
-        unplaced = sorted(set(still.names) - set(result.plan.jobs))
-        kept = getattr(result, "kept", None)  # the planner kept the plan in force itself
-        if kept or unplaced or not still.jobs:
-            # Switching would stop a running job for good (e.g. the refit tightened another job's SLO
-            # on a topology with no room left): keep the plan in force, and the planner in step with it.
-            self._resync(still)
-            why = kept or (f"the new one leaves {', '.join(unplaced)} unplaced" if unplaced
-                           else "every job finished while it was solved")
+        why = stopped or getattr(result, "kept", None)  # kept: the planner kept the plan in force itself
+        if why is None:
+            unplaced = sorted(set(still.names) - set(result.plan.jobs))
+            why = (f"the new one leaves {', '.join(unplaced)} unplaced" if unplaced
+                   else None if still.jobs else "every job finished while it was solved")
+        if why is not None:
+            if stopped is None:
+                # Switching would stop a running job for good (e.g. the refit tightened another job's
+                # SLO on a topology with no room left): keep the plan in force, and the planner in step.
+                self._resync(still)
             self.log.append({**timing, "job": job, "phase": phase,
                              "reason": f"{reason}; kept the plan in force ({why})",
                              "usd_per_hour_before": before, "usd_per_hour_after": before, "moved": []})
             return
+        moved = list(getattr(result, "moved", []))
         self.log.append({**timing, "job": job, "phase": phase, "reason": reason,
                          "usd_per_hour_before": getattr(result, "cost_before", before),
                          "usd_per_hour_after": getattr(result, "cost_after", result.plan.cost_usd_per_hour),

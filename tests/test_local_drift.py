@@ -220,6 +220,63 @@ def test_a_replan_that_leaves_a_running_job_unplaced_is_not_applied():
     assert set(holder["r"].planner.plan.jobs) == {"A", "B"}  # the planner is back on the plan in force
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_replan_still_solving_when_the_run_ends_is_waited_for_and_logged(fails):
+    """Real workers replan in a thread (``background=True``). A solve still running when every job has
+    finished must not outlive the run (the interpreter's exit under a solver thread can abort the
+    process): ``finish()`` waits for it and logs it, not applied, with the reason; a solve that failed
+    is logged with its error. The planner here holds its solve until the simulated run is over."""
+    import threading
+
+    from weave_rl.executor.config import ElasticRules
+    from weave_rl.executor.drift import DriftReplanner, parse_drift
+    from weave_rl.executor.run import simulate_plan
+    from weave_rl.executor.sim import SimModel
+    from weave_rl.planner.api import make_plan
+    from weave_rl.planner.online import OnlinePlanner
+    from weave_rl.profiles.jobs import JobSet, JobSpec
+    from weave_rl.topology.topology import load_topology
+
+    topo = load_topology("local")
+    spec = lambda name: JobSpec(name=name, params_b=0.0001, slo=2.0,  # noqa: E731
+                                rollout={"gpus": 1, "gpu_type": "CPU", "duration_s": 1.0},
+                                train={"gpus": 1, "gpu_type": "CPU", "duration_s": 0.8})
+    jobs = JobSet(jobs=[spec("A"), spec("B")])
+    plan = make_plan(topo, jobs, policy="optimal", time_limit_s=10, threads=2)
+    ended = threading.Event()
+
+    class HeldPlanner(OnlinePlanner):
+        def replan(self, live, **options):
+            assert ended.wait(60)
+            if fails:
+                raise RuntimeError("the solver broke")
+            return super().replan(live, **options)
+
+    holder = {}
+
+    def setup(controller, backend):
+        holder["r"] = DriftReplanner(controller, HeldPlanner(topo, jobs, plan), migration_cost_s=0.0,
+                                     background=True)
+
+    drift = parse_drift("A:*:3@0", jobs).injector(jobs, lambda name: 1.0)
+    r = simulate_plan(plan, topo, jobs, iterations=12, rules=ElasticRules.off(), model=SimModel(link_sharing=False),
+                      drift=drift, setup=setup)
+    replanner = holder["r"]
+    assert all(st.finished for st in r.controller.state.values()) and replanner.log == []
+    assert [d["job"] for d in replanner.detections][:1] == ["A"]
+    solving = replanner._solving[0]
+    assert solving.is_alive()
+    ended.set()
+    replanner.finish()
+    assert not solving.is_alive() and replanner._solving is None
+    why = "its solve failed: RuntimeError: the solver broke" if fails else "every job finished while it was solved"
+    assert [row["reason"].split("; ")[1] for row in replanner.log] == [f"kept the plan in force ({why})"]
+    assert replanner.log[0]["job"] == "A" and replanner.log[0]["moved"] == []
+    assert not [e for e in r.controller.events if e["event"] == "switch"]
+    replanner.finish()  # nothing left: a no-op
+    assert len(replanner.log) == 1
+
+
 class _ControllerDied(Exception):
     pass
 

@@ -195,6 +195,8 @@ def run_plan_local(plan: Plan, topology: Topology, jobs: JobSet, out: Path, *, i
         try:
             drive(controller, backend, on_step=on_step, label="local run")
         finally:
+            if replanner is not None:
+                replanner.finish()  # a replan still solving is waited for and logged
             flush()  # a failed phase's event (phase_failed, with its error) reaches the journal too
     finally:
         backend.stop()
