@@ -184,16 +184,9 @@ def test_drift_on_real_workers_replans_and_switches_without_loss(tmp_path):
     assert (metrics.ledger_unique == metrics.ledger).all()
 
 
-def test_a_replan_that_leaves_a_running_job_unplaced_is_not_applied():
-    """On the one-node ``local`` topology a refit that makes A much faster tightens A's SLO until B
-    no longer fits beside it: the planner's new plan rejects B. Switching to it would stop B for
-    good; the replanner keeps the plan in force (and says so) and both jobs finish."""
-    from weave_rl.executor.config import ElasticRules
-    from weave_rl.executor.drift import DriftReplanner, parse_drift
-    from weave_rl.executor.run import simulate_plan
-    from weave_rl.executor.sim import SimModel
+def two_jobs_on_one_node():
+    """Two 1 + 1-GPU jobs (SLO 2) on the one-node ``local`` preset, and their optimal plan."""
     from weave_rl.planner.api import make_plan
-    from weave_rl.planner.online import OnlinePlanner
     from weave_rl.profiles.jobs import JobSet, JobSpec
     from weave_rl.topology.topology import load_topology
 
@@ -202,7 +195,20 @@ def test_a_replan_that_leaves_a_running_job_unplaced_is_not_applied():
                                 rollout={"gpus": 1, "gpu_type": "CPU", "duration_s": 1.0},
                                 train={"gpus": 1, "gpu_type": "CPU", "duration_s": 0.8})
     jobs = JobSet(jobs=[spec("A"), spec("B")])
-    plan = make_plan(topo, jobs, policy="optimal", time_limit_s=10, threads=2)
+    return topo, jobs, make_plan(topo, jobs, policy="optimal", time_limit_s=10, threads=2)
+
+
+def test_a_replan_that_leaves_a_running_job_unplaced_is_not_applied():
+    """On the one-node ``local`` topology a refit that makes A much faster tightens A's SLO until B
+    no longer fits beside it: the planner's new plan rejects B. Switching to it would stop B for
+    good; the replanner keeps the plan in force (and says so) and both jobs finish."""
+    from weave_rl.executor.config import ElasticRules
+    from weave_rl.executor.drift import DriftReplanner, parse_drift
+    from weave_rl.executor.run import simulate_plan
+    from weave_rl.executor.sim import SimModel
+    from weave_rl.planner.online import OnlinePlanner
+
+    topo, jobs, plan = two_jobs_on_one_node()
     assert len(plan.groups) == 1 and set(plan.jobs) == {"A", "B"}
     drift = parse_drift("A:*:0.1@0", jobs).injector(jobs, lambda name: 1.0)
     holder = {}
@@ -232,17 +238,9 @@ def test_a_replan_still_solving_when_the_run_ends_is_waited_for_and_logged(fails
     from weave_rl.executor.drift import DriftReplanner, parse_drift
     from weave_rl.executor.run import simulate_plan
     from weave_rl.executor.sim import SimModel
-    from weave_rl.planner.api import make_plan
     from weave_rl.planner.online import OnlinePlanner
-    from weave_rl.profiles.jobs import JobSet, JobSpec
-    from weave_rl.topology.topology import load_topology
 
-    topo = load_topology("local")
-    spec = lambda name: JobSpec(name=name, params_b=0.0001, slo=2.0,  # noqa: E731
-                                rollout={"gpus": 1, "gpu_type": "CPU", "duration_s": 1.0},
-                                train={"gpus": 1, "gpu_type": "CPU", "duration_s": 0.8})
-    jobs = JobSet(jobs=[spec("A"), spec("B")])
-    plan = make_plan(topo, jobs, policy="optimal", time_limit_s=10, threads=2)
+    topo, jobs, plan = two_jobs_on_one_node()
     ended = threading.Event()
 
     class HeldPlanner(OnlinePlanner):
