@@ -29,7 +29,8 @@ and the seconds the solve took (``solve_s``).
 
 ``background=True`` (real workers, where time does not wait): the solve runs in a thread of its own
 while the plan in force keeps running, and the new plan is applied (at the cycle boundary, as
-always) once it is ready; the controller polls for it every ``poll_s``. The simulator solves inline:
+always) once it is ready; the controller polls for it every ``poll_s``; one still solving when the
+run ends is waited for (``finish``) and logged, not applied. The simulator solves inline:
 its clock is virtual, so a solve costs no simulated time either way, and runs stay reproducible.
 """
 
